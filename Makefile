@@ -1,0 +1,31 @@
+# The two commands of the README: `make demo` and `make test`.
+# Both create .venv on first use, installing torch==2.13.0 *before* the package
+# so that pip takes the CPU wheel instead of pulling CUDA packages.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-slow lint bench clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install -q --disable-pip-version-check -e ".[test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/consensuskit demo
+
+test: $(STAMP)
+	$(BIN)/ruff check consensuskit tests experiments
+	$(BIN)/python -m pytest -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+lint: $(STAMP)
+	$(BIN)/ruff check consensuskit tests experiments
+
+clean-venv:
+	rm -rf $(VENV)

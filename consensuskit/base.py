@@ -1,0 +1,190 @@
+"""Shared estimator plumbing: input checks, torch device/dtype, perplexity.
+
+Every consensus estimator follows scikit-learn conventions (hyper-parameters
+stored untouched in ``__init__``, validated in ``fit``; fitted attributes end in
+``_``).  Generative models implement :meth:`GenerativeMixin._log_likelihood` and
+inherit ``score`` and ``perplexity`` from it, so that the definition of
+perplexity lives in one place.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.utils.validation import check_is_fitted
+
+from .data import Ensemble, as_ensemble
+
+__all__ = [
+    "ConsensusEstimator",
+    "GenerativeMixin",
+    "check_n_clusters",
+    "check_positive_int",
+    "check_positive_float",
+    "resolve_device",
+    "resolve_dtype",
+    "torch_generator",
+]
+
+
+def check_positive_int(value, name: str, *, minimum: int = 1) -> int:
+    """Return ``value`` as int, or raise a ValueError/TypeError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer; got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}; got {value}")
+    return int(value)
+
+
+def check_positive_float(value, name: str, *, allow_zero: bool = False) -> float:
+    """Return ``value`` as a finite float > 0 (or >= 0), else raise naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number; got {value!r} ({type(value).__name__})")
+    v = float(value)
+    if not np.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be finite and {bound}; got {value!r}")
+    return v
+
+
+def check_n_clusters(n_clusters, n_samples: int, name: str = "n_clusters") -> int:
+    """Validate a requested number of clusters against the number of samples."""
+    k = check_positive_int(n_clusters, name)
+    if k > n_samples:
+        raise ValueError(f"{name}={k} is more than the number of samples ({n_samples})")
+    return k
+
+
+def resolve_device(device):
+    """Turn ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a torch.device into a torch.device."""
+    import torch
+
+    dev = torch.device(device) if not isinstance(device, torch.device) else device
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} was requested but CUDA is not available")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda'; got {device!r}")
+    return dev
+
+
+def resolve_dtype(dtype):
+    """Accept ``torch.float32/float64``, numpy dtypes or their names."""
+    import torch
+
+    table = {
+        "float32": torch.float32,
+        "float64": torch.float64,
+        "float": torch.float32,
+        "double": torch.float64,
+    }
+    if isinstance(dtype, torch.dtype):
+        out = dtype
+    else:
+        try:
+            out = table[np.dtype(dtype).name]
+        except (TypeError, KeyError):
+            out = None
+    if out not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be float32 or float64; got {dtype!r}")
+    return out
+
+
+def torch_generator(random_state, device="cpu"):
+    """A ``torch.Generator`` seeded from an int / numpy RandomState / None."""
+    import torch
+    from sklearn.utils import check_random_state
+
+    rs = check_random_state(random_state)
+    g = torch.Generator(device=device)
+    g.manual_seed(int(rs.randint(0, 2**31 - 1)))
+    return g
+
+
+class ConsensusEstimator(ClusterMixin, BaseEstimator):
+    """Base of every consensus function: ``fit(X)`` on base labels, ``labels_``.
+
+    Subclasses implement ``_fit(ensemble)``, which sets ``labels_`` (int, 0..K-1)
+    and any other fitted attributes.
+    """
+
+    def fit(self, X, y=None):
+        """Fit the consensus on base clusterings ``X`` (array-like or :class:`Ensemble`)."""
+        ens = as_ensemble(X)
+        self.ensemble_ = ens
+        self.n_features_in_ = ens.n_partitions
+        self._fit(ens)
+        return self
+
+    def fit_predict(self, X, y=None):
+        """Fit and return the hard consensus ``labels_``, shape (n_samples,)."""
+        return self.fit(X).labels_
+
+    def _fit(self, ensemble: Ensemble):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _encode_new(self, X, unknown: str = "error") -> Ensemble:
+        """Encode rows for fold-in with the coding learned in ``fit``."""
+        check_is_fitted(self, "ensemble_")
+        return self.ensemble_.encode(X, unknown=unknown)
+
+
+class GenerativeMixin:
+    """``score`` and ``perplexity`` for models that define a label likelihood.
+
+    Subclasses implement ``_log_likelihood(ensemble) -> (total, se)``: the total
+    log-likelihood (natural log) of the *observed* labels of the rows in
+    ``ensemble`` and its standard error (``0.0`` when computed exactly).
+
+    Perplexity is ``exp(-total / n_observed)``.  Because each observed label is a
+    discrete outcome whose (predictive) probability is at most 1, the total is
+    at most 0 and the perplexity is at least 1; any engine returning a positive
+    total has a bug, and this class raises rather than report it.
+    """
+
+    def _log_likelihood(self, ensemble: Ensemble):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _checked_log_likelihood(self, X, unknown="error"):
+        ens = X if isinstance(X, Ensemble) and X is getattr(self, "ensemble_", None) else None
+        if ens is None:
+            ens = self._encode_new(X, unknown=unknown)
+        n_obs = ens.n_observed
+        if n_obs == 0:
+            raise ValueError("X has no observed label; perplexity is undefined")
+        total, se = self._log_likelihood(ens)
+        total = float(total)
+        if not np.isfinite(total):
+            raise FloatingPointError(f"log-likelihood is not finite ({total})")
+        if total > 1e-9 * max(1.0, abs(total)):
+            raise FloatingPointError(
+                f"log-likelihood of discrete labels came out positive ({total}); "
+                "this is a bug in the engine"
+            )
+        return min(total, 0.0), float(se), n_obs
+
+    def score(self, X, y=None):
+        """Mean log-likelihood per observed label of ``X`` (higher is better)."""
+        total, _, n_obs = self._checked_log_likelihood(X)
+        return total / n_obs
+
+    def perplexity(self, X, return_se: bool = False, unknown: str = "error"):
+        """``exp(-log p(X) / number of observed labels)``; always >= 1.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_partitions) or Ensemble
+            Training rows or held-out rows, labelled in the same label space as
+            the data passed to ``fit``.
+        return_se : bool
+            Also return the standard error of the perplexity (delta method),
+            non-zero only where the log-likelihood is estimated by sampling.
+        unknown : {"error", "missing"}
+            What to do with a label that a column never showed during fit.
+        """
+        total, se, n_obs = self._checked_log_likelihood(X, unknown=unknown)
+        ppl = float(np.exp(-total / n_obs))
+        if return_se:
+            return ppl, ppl * se / n_obs
+        return ppl

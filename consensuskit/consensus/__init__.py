@@ -1,0 +1,1 @@
+"""Consensus functions for comparison: KCC, CSPA, HGPA, MCLA, HBGF, EAC, QMI."""

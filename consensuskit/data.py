@@ -1,0 +1,470 @@
+"""The validated, re-coded label matrix that every consensus method consumes.
+
+An ensemble of ``M`` base clusterings of ``N`` points is an ``(N, M)`` matrix of
+labels.  :class:`Ensemble` validates it once, re-codes each column to
+``0..k_j-1`` (``-1`` marks a missing label) and offers the two representations
+the models need:
+
+* the *offset index* (the KCC paper's sparse ``binIDX``): label ``r`` of column
+  ``j`` becomes the global index ``offsets[j] + r`` into the concatenated
+  one-hot vocabulary of size ``sum_j k_j``; memory is O(N*M);
+* co-association counts ``c_ij`` (partitions putting i and j together) and
+  co-occurrence counts ``N_ij`` (partitions labelling both), either dense for
+  small N or for a given set of pairs, never forming an N x N array.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["Ensemble", "as_ensemble", "sample_pairs", "MISSING", "DENSE_COASSOCIATION_LIMIT"]
+
+#: Code of a missing label in :attr:`Ensemble.codes`.
+MISSING = -1
+#: Largest N for which :meth:`Ensemble.coassociation` builds dense N x N arrays.
+DENSE_COASSOCIATION_LIMIT = 20_000
+
+
+def _to_numpy(X) -> np.ndarray:
+    """Turn numpy / torch / pandas / nested-list input into a numpy array."""
+    if isinstance(X, Ensemble):
+        raise TypeError("already an Ensemble")
+    try:  # torch without importing it eagerly
+        import torch
+
+        if isinstance(X, torch.Tensor):
+            return X.detach().cpu().numpy()
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    if hasattr(X, "to_numpy") and hasattr(X, "columns"):  # pandas DataFrame
+        return X.to_numpy(dtype=object, na_value=np.nan) if _has_pandas_na(X) else X.to_numpy()
+    if isinstance(X, (str, bytes)) or np.isscalar(X):
+        raise ValueError(
+            "labels must be a 2-D array-like of shape (n_samples, n_partitions); got a scalar"
+        )
+    return np.asarray(X, dtype=object) if _is_ragged_or_mixed(X) else np.asarray(X)
+
+
+def _has_pandas_na(df) -> bool:
+    return any(str(t) in {"Int64", "Int32", "Int16", "Int8", "object"} for t in df.dtypes)
+
+
+def _is_ragged_or_mixed(X) -> bool:
+    if isinstance(X, np.ndarray):
+        return False
+    try:
+        np.asarray(X)
+    except (ValueError, TypeError):
+        return True
+    return False
+
+
+def _is_missing_scalar(v) -> bool:
+    if v is None:
+        return True
+    if isinstance(v, float) and np.isnan(v):
+        return True
+    try:
+        import pandas as pd
+
+        return v is pd.NA or v is pd.NaT
+    except ImportError:  # pragma: no cover
+        return False
+
+
+def _object_to_float(A: np.ndarray) -> np.ndarray:
+    """Convert an object array of labels to float64 (NaN = missing), refusing strings."""
+    out = np.empty(A.shape, dtype=np.float64)
+    for (i, j), v in np.ndenumerate(A):
+        if _is_missing_scalar(v):
+            out[i, j] = np.nan
+        elif isinstance(v, (bool, np.bool_)):
+            out[i, j] = float(v)
+        elif isinstance(v, numbers.Real):
+            out[i, j] = float(v)
+        else:
+            raise ValueError(
+                f"label at row {i}, column {j} is {v!r} of type {type(v).__name__}; "
+                "labels must be integers (missing: -1, NaN or None)"
+            )
+    return out
+
+
+def _labels_to_int(A: np.ndarray) -> np.ndarray:
+    """Validate a 2-D label array and return int64 labels with -1 for missing."""
+    if A.dtype == object:
+        A = _object_to_float(A)
+    if A.dtype.kind in "US":
+        raise ValueError(
+            f"labels are strings (dtype {A.dtype}); labels must be integers (missing: -1 or NaN)"
+        )
+    if A.dtype.kind == "b":
+        return A.astype(np.int64)
+    if A.dtype.kind in "iu":
+        L = A.astype(np.int64)
+    elif A.dtype.kind == "f":
+        finite = np.isfinite(A)
+        inf = np.isinf(A)
+        if inf.any():
+            i, j = np.argwhere(inf)[0]
+            raise ValueError(f"label at row {i}, column {j} is infinite")
+        frac = finite & (A != np.round(A))
+        if frac.any():
+            i, j = np.argwhere(frac)[0]
+            raise ValueError(
+                f"label at row {i}, column {j} is {A[i, j]!r}, not an integer; "
+                "labels must be integer-valued (missing: -1 or NaN)"
+            )
+        L = np.where(finite, A, -1).astype(np.int64)
+    else:
+        raise ValueError(f"labels must be integers; got dtype {A.dtype}")
+    bad = L < -1
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise ValueError(
+            f"label at row {i}, column {j} is {L[i, j]}; negative labels are not allowed "
+            "except -1, which marks a missing label"
+        )
+    return L
+
+
+@dataclass(frozen=True, eq=False)
+class Ensemble:
+    """A validated ensemble of base clusterings.
+
+    Build one with :meth:`from_labels`; do not call the constructor directly.
+
+    Attributes
+    ----------
+    codes : ndarray of int64, shape (n_samples, n_partitions)
+        Label of point ``i`` in base clustering ``j``, re-coded to
+        ``0..n_labels[j]-1``; ``-1`` where missing.  Stored column-major
+        (Fortran order) so that each base clustering is contiguous over N.
+    n_labels : ndarray of int64, shape (n_partitions,)
+        Number of distinct labels ``k_j`` of each base clustering.
+    categories : tuple of ndarray
+        ``categories[j][r]`` is the original label that code ``r`` of column
+        ``j`` stands for.
+    """
+
+    codes: np.ndarray
+    n_labels: np.ndarray
+    categories: tuple = field(repr=False)
+
+    # -- construction -------------------------------------------------------
+    @classmethod
+    def from_labels(cls, X, *, allow_missing_rows: bool = False) -> Ensemble:
+        """Validate and re-code a label matrix.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_partitions)
+            numpy array, torch tensor, pandas DataFrame or nested list of integer
+            labels.  ``-1``, NaN, None or ``pandas.NA`` mark a missing label.
+        allow_missing_rows : bool, default False
+            Accept rows whose labels are all missing (used when folding in new
+            rows; never for fitting).
+
+        Raises
+        ------
+        ValueError
+            Wrong rank, empty input, non-integer or string labels, negative
+            labels other than -1, an all-missing row or column; the message
+            names the offending row or column.
+        """
+        if isinstance(X, Ensemble):
+            return X
+        A = _to_numpy(X)
+        if A.ndim != 2:
+            hint = " (use X.reshape(-1, 1) for a single base clustering)" if A.ndim == 1 else ""
+            raise ValueError(
+                f"labels must be 2-D of shape (n_samples, n_partitions); got {A.ndim}-D "
+                f"with shape {A.shape}{hint}"
+            )
+        if A.shape[0] == 0 or A.shape[1] == 0:
+            raise ValueError(
+                f"labels are empty: shape {A.shape}; need at least one sample and one partition"
+            )
+        L = _labels_to_int(A)
+        observed = L >= 0
+        empty_cols = np.flatnonzero(~observed.any(axis=0))
+        if empty_cols.size:
+            raise ValueError(
+                f"base clustering (column) {empty_cols[0]} has no observed label "
+                f"({empty_cols.size} such column(s)); remove it"
+            )
+        if not allow_missing_rows:
+            empty_rows = np.flatnonzero(~observed.any(axis=1))
+            if empty_rows.size:
+                raise ValueError(
+                    f"row {empty_rows[0]} has no observed label in any base clustering "
+                    f"({empty_rows.size} such row(s)); remove it or give it a label"
+                )
+        N, M = L.shape
+        codes = np.full((N, M), MISSING, dtype=np.int64, order="F")
+        cats = []
+        n_labels = np.empty(M, dtype=np.int64)
+        for j in range(M):
+            col = L[:, j]
+            obs = col >= 0
+            uniq, inv = np.unique(col[obs], return_inverse=True)
+            codes[obs, j] = inv
+            cats.append(uniq)
+            n_labels[j] = uniq.size
+        return cls(codes=codes, n_labels=n_labels, categories=tuple(cats))
+
+    def encode(self, X, *, unknown: str = "error") -> Ensemble:
+        """Re-code new rows with this ensemble's per-column label coding.
+
+        Used to fold in rows not seen in ``fit``.  ``unknown="error"`` raises on a
+        label never seen in that column; ``unknown="missing"`` treats it as missing.
+        Rows whose labels are all missing are allowed here.
+        """
+        if unknown not in ("error", "missing"):
+            raise ValueError(f"unknown must be 'error' or 'missing'; got {unknown!r}")
+        if isinstance(X, Ensemble):
+            if X is self:
+                return self
+            X = X.decode()
+        A = _to_numpy(X)
+        if A.ndim != 2:
+            raise ValueError(f"labels must be 2-D; got {A.ndim}-D with shape {A.shape}")
+        if A.shape[1] != self.n_partitions:
+            raise ValueError(
+                f"X has {A.shape[1]} base clusterings (columns); the fitted ensemble has "
+                f"{self.n_partitions}"
+            )
+        if A.shape[0] == 0:
+            raise ValueError("X has no rows")
+        L = _labels_to_int(A)
+        codes = np.full(L.shape, MISSING, dtype=np.int64, order="F")
+        for j in range(self.n_partitions):
+            col = L[:, j]
+            obs = np.flatnonzero(col >= 0)
+            cats = self.categories[j]
+            pos = np.searchsorted(cats, col[obs])
+            pos_c = np.minimum(pos, cats.size - 1)
+            hit = cats[pos_c] == col[obs]
+            if not hit.all():
+                if unknown == "error":
+                    i = obs[np.flatnonzero(~hit)[0]]
+                    raise ValueError(
+                        f"label {col[i]} at row {i}, column {j} was not seen in this column "
+                        "during fit (pass unknown='missing' to treat it as missing)"
+                    )
+            codes[obs[hit], j] = pos_c[hit]
+        return Ensemble(codes=codes, n_labels=self.n_labels.copy(), categories=self.categories)
+
+    def decode(self) -> np.ndarray:
+        """The labels in their original values (int64, -1 missing)."""
+        out = np.full(self.codes.shape, MISSING, dtype=np.int64)
+        for j, cats in enumerate(self.categories):
+            obs = self.codes[:, j] >= 0
+            out[obs, j] = cats[self.codes[obs, j]]
+        return out
+
+    # -- shape and masks ------------------------------------------------------
+    @property
+    def n_samples(self) -> int:
+        return int(self.codes.shape[0])
+
+    @property
+    def n_partitions(self) -> int:
+        return int(self.codes.shape[1])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.codes.shape
+
+    def __len__(self) -> int:
+        return self.n_samples
+
+    def __repr__(self) -> str:
+        miss = 1.0 - self.mask.mean()
+        return (
+            f"Ensemble(n_samples={self.n_samples}, n_partitions={self.n_partitions}, "
+            f"n_labels={self.n_labels.tolist() if self.n_partitions <= 12 else '...'}, "
+            f"missing={miss:.1%})"
+        )
+
+    @property
+    def mask(self) -> np.ndarray:
+        """Boolean (n_samples, n_partitions): True where the label is observed."""
+        return self.codes >= 0
+
+    @property
+    def n_observed(self) -> int:
+        """Number of observed labels (the denominator of perplexity)."""
+        return int(np.count_nonzero(self.codes >= 0))
+
+    @property
+    def has_missing(self) -> bool:
+        return bool((self.codes < 0).any())
+
+    def subset(self, rows) -> Ensemble:
+        """The ensemble restricted to ``rows`` (indices or boolean mask), same coding."""
+        codes = np.asfortranarray(self.codes[rows])
+        return Ensemble(codes=codes, n_labels=self.n_labels.copy(), categories=self.categories)
+
+    # -- one-hot / offset-index representation -------------------------------
+    @property
+    def offsets(self) -> np.ndarray:
+        """Start of each column's block in the concatenated one-hot vocabulary, (M+1,)."""
+        return np.concatenate([[0], np.cumsum(self.n_labels)]).astype(np.int64)
+
+    @property
+    def n_total_labels(self) -> int:
+        """Size of the concatenated one-hot vocabulary, ``sum_j k_j``."""
+        return int(self.n_labels.sum())
+
+    def offset_index(self) -> np.ndarray:
+        """``(n_samples, n_partitions)`` global one-hot index, ``-1`` where missing.
+
+        This is the KCC paper's ``binIDX``: O(N*M) memory instead of the
+        ``N x sum_j k_j`` binary matrix.
+        """
+        idx = self.codes + self.offsets[:-1][None, :]
+        return np.where(self.codes >= 0, idx, MISSING)
+
+    def onehot(self, dtype=np.float64) -> sp.csr_matrix:
+        """Sparse ``(n_samples, sum_j k_j)`` one-hot matrix of the observed labels."""
+        idx = self.offset_index()
+        rows, cols = np.nonzero(idx >= 0)
+        data = np.ones(rows.size, dtype=dtype)
+        return sp.csr_matrix(
+            (data, (rows, idx[rows, cols])), shape=(self.n_samples, self.n_total_labels)
+        )
+
+    # -- co-association -------------------------------------------------------
+    def coassociation(self, pairs=None, *, weights=None):
+        """Co-association counts ``c`` and co-occurrence counts ``n``.
+
+        ``c_ij`` counts the base clusterings that put i and j in the same cluster;
+        ``n_ij`` counts those that label both (``n_ij = M`` for complete
+        ensembles).  With ``weights`` (shape (M,)) each base clustering counts
+        with its weight instead of 1.
+
+        Parameters
+        ----------
+        pairs : None or array-like of int, shape (n_pairs, 2)
+            None: dense ``(N, N)`` arrays (only for N <= DENSE_COASSOCIATION_LIMIT).
+            Otherwise the counts for these pairs only, computed one base
+            clustering at a time in O(n_pairs * M) time and O(n_pairs) memory.
+
+        Returns
+        -------
+        c, n : ndarray
+            Shape (N, N) each when ``pairs`` is None, else (n_pairs,) each;
+            int64 without weights, float64 with.
+        """
+        w = None
+        if weights is not None:
+            w = np.asarray(weights, dtype=np.float64)
+            if w.shape != (self.n_partitions,):
+                raise ValueError(
+                    f"weights must have shape ({self.n_partitions},); got {w.shape}"
+                )
+            if not np.all(np.isfinite(w)) or (w < 0).any():
+                raise ValueError("weights must be finite and non-negative")
+        if pairs is None:
+            return self._coassociation_dense(w)
+        return self._coassociation_pairs(pairs, w)
+
+    def _coassociation_dense(self, w):
+        N = self.n_samples
+        if N > DENSE_COASSOCIATION_LIMIT:
+            raise ValueError(
+                f"dense co-association for N={N} would need {N}x{N} arrays; pass "
+                f"pairs=... (e.g. from sample_pairs) for N > {DENSE_COASSOCIATION_LIMIT}"
+            )
+        B = self.onehot(dtype=np.float64)
+        obs = sp.csr_matrix(self.mask.astype(np.float64))
+        if w is not None:
+            B = B @ sp.diags(np.repeat(w, self.n_labels))
+            c = (B @ self.onehot(dtype=np.float64).T).toarray()
+            n = (obs @ sp.diags(w) @ obs.T).toarray()
+            return c, n
+        c = np.rint((B @ B.T).toarray()).astype(np.int64)
+        n = np.rint((obs @ obs.T).toarray()).astype(np.int64)
+        return c, n
+
+    def _coassociation_pairs(self, pairs, w):
+        P = np.asarray(pairs)
+        if P.ndim != 2 or P.shape[1] != 2:
+            raise ValueError(f"pairs must have shape (n_pairs, 2); got {P.shape}")
+        if P.dtype.kind not in "iu":
+            raise ValueError(f"pairs must be integer indices; got dtype {P.dtype}")
+        if P.size and (P.min() < 0 or P.max() >= self.n_samples):
+            raise ValueError(f"pair indices must lie in [0, {self.n_samples})")
+        a = np.ascontiguousarray(P[:, 0], dtype=np.intp)
+        b = np.ascontiguousarray(P[:, 1], dtype=np.intp)
+        dtype = np.int64 if w is None else np.float64
+        c = np.zeros(a.size, dtype=dtype)
+        n = np.zeros(a.size, dtype=dtype)
+        complete = not self.has_missing
+        for j in range(self.n_partitions):
+            col = self.codes[:, j]  # contiguous: Fortran order
+            ca = col.take(a)
+            cb = col.take(b)
+            same = ca == cb
+            if complete:
+                both = None
+            else:
+                both = (ca >= 0) & (cb >= 0)
+                same &= both
+            if w is None:
+                c += same
+                n += 1 if complete else both
+            else:
+                c += w[j] * same
+                n += w[j] if complete else w[j] * both
+        return c, n
+
+
+def sample_pairs(n_samples: int, n_pairs: int, random_state=None) -> np.ndarray:
+    """Draw ``n_pairs`` distinct unordered pairs ``i < j`` uniformly, without an N x N array.
+
+    Returns int64 array of shape (n_pairs, 2), sorted lexicographically.
+    """
+    from sklearn.utils import check_random_state
+
+    total = n_samples * (n_samples - 1) // 2
+    if n_pairs > total:
+        raise ValueError(f"asked for {n_pairs} pairs; only {total} exist for N={n_samples}")
+    rng = check_random_state(random_state)
+    chosen = np.empty(0, dtype=np.int64)
+    while chosen.size < n_pairs:
+        need = n_pairs - chosen.size
+        draw = rng.randint(0, total, size=int(need * 1.1) + 16, dtype=np.int64)
+        chosen = np.unique(np.concatenate([chosen, draw]))
+    chosen = rng.permutation(chosen)[:n_pairs]
+    chosen.sort()
+    # invert the linear index k -> (i, j), i < j, rows of the strict upper triangle
+    n = n_samples
+    i = (n - 2 - np.floor(np.sqrt(-8.0 * chosen + 4.0 * n * (n - 1) - 7) / 2.0 - 0.5)).astype(
+        np.int64
+    )
+    start = i * (2 * n - i - 1) // 2
+    # guard against floating rounding at the boundaries
+    over = chosen < start
+    while over.any():
+        i[over] -= 1
+        start = i * (2 * n - i - 1) // 2
+        over = chosen < start
+    under = chosen >= start + (n - 1 - i)
+    while under.any():
+        i[under] += 1
+        start = i * (2 * n - i - 1) // 2
+        under = chosen >= start + (n - 1 - i)
+    j = chosen - start + i + 1
+    return np.stack([i, j], axis=1)
+
+
+def as_ensemble(X) -> Ensemble:
+    """Return ``X`` if it is an :class:`Ensemble`, else ``Ensemble.from_labels(X)``."""
+    return X if isinstance(X, Ensemble) else Ensemble.from_labels(X)
+

@@ -1,0 +1,1 @@
+"""scikit-learn style estimators for the generative consensus models."""
