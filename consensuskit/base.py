@@ -124,6 +124,19 @@ class ConsensusEstimator(ClusterMixin, BaseEstimator):
     def _fit(self, ensemble: Ensemble):  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def save(self, path) -> None:
+        """Save this estimator (fitted or not) to ``path``; see :mod:`consensuskit.persistence`."""
+        from .persistence import save
+
+        save(self, path)
+
+    @classmethod
+    def load(cls, path):
+        """Load an estimator saved with :meth:`save`; checks format version and class."""
+        from .persistence import load
+
+        return load(path, expected_class=cls)
+
     def _encode_new(self, X, unknown: str = "error") -> Ensemble:
         """Encode rows for fold-in with the coding learned in ``fit``."""
         check_is_fitted(self, "ensemble_")
