@@ -1,0 +1,80 @@
+"""Determinism and invariances of the consensus (issue 7, item 4).
+
+On a clearly planted ensemble the consensus of MM, BCE, KCC and PCC must be
+* identical for the same ``random_state``;
+* equivariant under a permutation of the rows;
+* invariant under relabelling the ids inside any base clustering;
+* invariant under a permutation of the base clusterings;
+each "up to a permutation of the consensus labels" (compared with ARI = 1).
+Hypothesis draws the permutations and relabellings.
+"""
+
+import numpy as np
+import pytest
+from _factories import FACTORIES
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import adjusted_rand_score
+
+N_CLUSTERS = 3
+
+
+def planted_ensemble(seed=0, n_per=20, m=8, noise=0.05):
+    """Rows in 3 planted groups; each base clustering = truth with a few flips, ids shuffled."""
+    rng = np.random.default_rng(seed)
+    truth = np.repeat(np.arange(N_CLUSTERS), n_per)
+    cols = []
+    for _ in range(m):
+        lab = truth.copy()
+        flip = rng.random(lab.size) < noise
+        lab[flip] = rng.integers(0, N_CLUSTERS, size=flip.sum())
+        ids = rng.permutation(10)[:N_CLUSTERS] * 7 + 3  # arbitrary, non-contiguous ids
+        cols.append(ids[lab])
+    return np.column_stack(cols), truth
+
+
+X0, TRUTH = planted_ensemble()
+SETTINGS = settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def _fit(name, X, random_state=0):
+    return np.asarray(FACTORIES[name](N_CLUSTERS, random_state).fit(X).labels_)
+
+
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+def test_same_random_state_same_labels(name):
+    a = _fit(name, X0, 7)
+    b = _fit(name, X0, 7)
+    np.testing.assert_array_equal(a, b)
+    assert adjusted_rand_score(TRUTH, a) > 0.9  # the planted groups are found
+
+
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+@SETTINGS
+@given(perm_seed=st.integers(0, 2**31 - 1))
+def test_row_permutation_equivariance(name, perm_seed):
+    perm = np.random.default_rng(perm_seed).permutation(X0.shape[0])
+    base = _fit(name, X0)
+    permuted = _fit(name, X0[perm])
+    assert adjusted_rand_score(base[perm], permuted) == 1.0
+
+
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+@SETTINGS
+@given(column=st.integers(0, X0.shape[1] - 1), seed=st.integers(0, 2**31 - 1))
+def test_relabelling_one_column_invariance(name, column, seed):
+    X = X0.copy()
+    ids = np.unique(X[:, column])
+    new_ids = np.random.default_rng(seed).permutation(1000)[: ids.size]
+    X[:, column] = new_ids[np.searchsorted(ids, X[:, column])]
+    assert adjusted_rand_score(_fit(name, X0), _fit(name, X)) == 1.0
+
+
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+@SETTINGS
+@given(seed=st.integers(0, 2**31 - 1))
+def test_column_permutation_invariance(name, seed):
+    perm = np.random.default_rng(seed).permutation(X0.shape[1])
+    assert adjusted_rand_score(_fit(name, X0), _fit(name, X0[:, perm])) == 1.0
