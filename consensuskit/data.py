@@ -99,8 +99,18 @@ def _labels_to_int(A: np.ndarray) -> np.ndarray:
     if A.dtype == object:
         A = _object_to_float(A)
     if A.dtype.kind in "US":
+        # name the first entry that is not even an integer written as text
+        where = (0, 0)
+        for (i, j), v in np.ndenumerate(A):
+            try:
+                int(v)
+            except ValueError:
+                where = (i, j)
+                break
+        i, j = where
         raise ValueError(
-            f"labels are strings (dtype {A.dtype}); labels must be integers (missing: -1 or NaN)"
+            f"labels are strings (dtype {A.dtype}): label at row {i}, column {j} is "
+            f"{str(A[i, j])!r}; labels must be integers (missing: -1 or NaN)"
         )
     if A.dtype.kind == "b":
         return A.astype(np.int64)
@@ -116,7 +126,7 @@ def _labels_to_int(A: np.ndarray) -> np.ndarray:
         if frac.any():
             i, j = np.argwhere(frac)[0]
             raise ValueError(
-                f"label at row {i}, column {j} is {A[i, j]!r}, not an integer; "
+                f"label at row {i}, column {j} is {float(A[i, j])!r}, not an integer; "
                 "labels must be integer-valued (missing: -1 or NaN)"
             )
         L = np.where(finite, A, -1).astype(np.int64)
