@@ -296,20 +296,24 @@ def main(argv=None) -> int:
     """Entry point of the ``consensuskit`` command; returns the exit status."""
     parser = _build_parser()
     args = parser.parse_args(argv)
-    if args.quiet:
-        os.environ["TQDM_DISABLE"] = "1"
     if getattr(args, "n_partitions", 1) < 1:
         parser.error("--n-partitions must be >= 1")
     if getattr(args, "n_clusters", 1) < 1:
         parser.error("--n-clusters must be >= 1")
+    previous = os.environ.get("TQDM_DISABLE")
+    if args.quiet:  # silences every tqdm bar, including those inside estimators
+        os.environ["TQDM_DISABLE"] = "1"
     try:
-        import torch
-
-        torch.set_num_threads(min(torch.get_num_threads(), 4))
         return args.func(args, sys.stdout)
     except (CLIError, ValueError, TypeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if args.quiet:
+            if previous is None:
+                os.environ.pop("TQDM_DISABLE", None)
+            else:
+                os.environ["TQDM_DISABLE"] = previous
 
 
 if __name__ == "__main__":  # pragma: no cover
