@@ -450,7 +450,12 @@ def sample_pairs(n_samples: int, n_pairs: int, random_state=None) -> np.ndarray:
     while chosen.size < n_pairs:
         need = n_pairs - chosen.size
         draw = rng.randint(0, total, size=int(need * 1.1) + 16, dtype=np.int64)
-        chosen = np.unique(np.concatenate([chosen, draw]))
+        merged = np.sort(np.concatenate([chosen, draw]))
+        # sorted distinct values (same result as np.unique, several times faster here)
+        keep = np.empty(merged.size, dtype=bool)
+        keep[:1] = True
+        np.not_equal(merged[1:], merged[:-1], out=keep[1:])
+        chosen = merged[keep]
     chosen = rng.permutation(chosen)[:n_pairs]
     chosen.sort()
     # invert the linear index k -> (i, j), i < j, rows of the strict upper triangle
