@@ -259,6 +259,11 @@ def js_criterion(U, V) -> float:
     K = max(A.shape[1], B.shape[1])
     A = np.pad(A, ((0, 0), (0, K - A.shape[1])))
     B = np.pad(B, ((0, 0), (0, K - B.shape[1])))
-    cost = _js_terms(A[:, :, None], B[:, None, :]).sum(axis=0)  # (K, K)
+    cost = np.zeros((K, K))
+    step = max(1, 2**22 // (K * K))  # bound the (rows, K, K) temporary to ~32 MB
+    for start in range(0, A.shape[0], step):
+        a = A[start : start + step]
+        b = B[start : start + step]
+        cost += _js_terms(a[:, :, None], b[:, None, :]).sum(axis=0)  # (K, K)
     r, c = linear_sum_assignment(cost)
     return float(min(max(cost[r, c].sum() / A.shape[0], 0.0), 1.0))
