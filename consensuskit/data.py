@@ -99,8 +99,18 @@ def _labels_to_int(A: np.ndarray) -> np.ndarray:
     if A.dtype == object:
         A = _object_to_float(A)
     if A.dtype.kind in "US":
+        # name the first entry that is not even an integer written as text
+        where = (0, 0)
+        for (i, j), v in np.ndenumerate(A):
+            try:
+                int(v)
+            except ValueError:
+                where = (i, j)
+                break
+        i, j = where
         raise ValueError(
-            f"labels are strings (dtype {A.dtype}); labels must be integers (missing: -1 or NaN)"
+            f"labels are strings (dtype {A.dtype}): label at row {i}, column {j} is "
+            f"{str(A[i, j])!r}; labels must be integers (missing: -1 or NaN)"
         )
     if A.dtype.kind == "b":
         return A.astype(np.int64)
@@ -116,7 +126,7 @@ def _labels_to_int(A: np.ndarray) -> np.ndarray:
         if frac.any():
             i, j = np.argwhere(frac)[0]
             raise ValueError(
-                f"label at row {i}, column {j} is {A[i, j]!r}, not an integer; "
+                f"label at row {i}, column {j} is {float(A[i, j])!r}, not an integer; "
                 "labels must be integer-valued (missing: -1 or NaN)"
             )
         L = np.where(finite, A, -1).astype(np.int64)
@@ -440,7 +450,12 @@ def sample_pairs(n_samples: int, n_pairs: int, random_state=None) -> np.ndarray:
     while chosen.size < n_pairs:
         need = n_pairs - chosen.size
         draw = rng.randint(0, total, size=int(need * 1.1) + 16, dtype=np.int64)
-        chosen = np.unique(np.concatenate([chosen, draw]))
+        merged = np.sort(np.concatenate([chosen, draw]))
+        # sorted distinct values (same result as np.unique, several times faster here)
+        keep = np.empty(merged.size, dtype=bool)
+        keep[:1] = True
+        np.not_equal(merged[1:], merged[:-1], out=keep[1:])
+        chosen = merged[keep]
     chosen = rng.permutation(chosen)[:n_pairs]
     chosen.sort()
     # invert the linear index k -> (i, j), i < j, rows of the strict upper triangle
