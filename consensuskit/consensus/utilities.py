@@ -65,6 +65,8 @@ __all__ = [
     "utility_value",
     "utility_per_partition",
     "centroids_from_counts",
+    "distance_weights",
+    "objective_offset",
     "distance_matrix",
     "objective_value",
 ]
@@ -233,6 +235,27 @@ def distance_weights(ensemble: Ensemble, utility, weights) -> np.ndarray:
     return out
 
 
+def objective_offset(ensemble: Ensemble, utility, weights) -> float:
+    """The constant ``sum_i w'_i n_i c_i`` with ``objective = constant - n * Gamma``.
+
+    ``c_i = 1 - mu(P^(i))`` for the c, cos and Lp families and ``H(P^(i))`` for H
+    (see the module docstring); lets KCC read the utility off its objective.
+    """
+    util = get_utility(utility)
+    dw = distance_weights(ensemble, util, weights)
+    idx = ensemble.offset_index()
+    off = ensemble.offsets
+    total = 0.0
+    for i in range(ensemble.n_partitions):
+        col = idx[:, i]
+        cnt = np.bincount(col[col >= 0] - off[i], minlength=int(ensemble.n_labels[i]))
+        n_i = cnt.sum()
+        mu_P = float(util.mu(cnt / n_i))
+        c_i = -mu_P if util.family == "H" else 1.0 - mu_P
+        total += dw[i] * n_i * c_i
+    return float(total)
+
+
 def centroids_from_counts(counts: np.ndarray, offsets: np.ndarray, fallback: np.ndarray):
     """Centroids ``m_{k,i}``: per-block label distributions of each cluster (eq. 21).
 
@@ -251,8 +274,7 @@ def centroids_from_counts(counts: np.ndarray, offsets: np.ndarray, fallback: np.
     K, T = counts.shape
     r = offsets.size - 1
     block_of = np.repeat(np.arange(r), np.diff(offsets))
-    tot = np.zeros((K, r))
-    np.add.at(tot.T, block_of, counts.T)  # tot[k, i] = sum over block i
+    tot = np.add.reduceat(counts, offsets[:-1], axis=1)  # tot[k, i] = sum over block i
     empty = tot == 0
     denom = np.where(empty, 1.0, tot)[:, block_of]
     M = counts / denom
@@ -294,33 +316,34 @@ def distance_matrix(idx: np.ndarray, M: np.ndarray, offsets: np.ndarray, utility
 
     Returns
     -------
-    D : (n, K) float64.  Work O(n r K), memory O(n K): one block at a time,
-    reading only the centroid entry at each point's label (the sparse
-    offset-index form, never the binary matrix).
+    D : (n, K) float64.  Work O(n r K), memory O(n K) plus a gather of at
+    most ~4e6 entries (rows are processed in chunks), reading only the
+    centroid entry at each point's label (the sparse offset-index form, never
+    the binary matrix).
     """
     util = get_utility(utility)
     n, r = idx.shape
     K = M.shape[0]
-    norms = _block_norms(M, offsets, util)
-    D = np.zeros((n, K))
-    for i in range(r):
-        col = idx[:, i]
-        obs = col >= 0
-        full = bool(obs.all())
-        cols = col if full else col[obs]
-        mx = M[:, cols].T  # (n_obs, K) centroid entry at the point's label
+    norms = _block_norms(M, offsets, util)  # (K, r)
+    D = np.empty((n, K))
+    # rows in chunks so that the (K, rows, r) gather stays ~4M entries
+    step = max(1, int(4_000_000 // max(1, K * r)))
+    Mx = np.concatenate([M, np.zeros((K, 1))], axis=1)  # column T: dummy for missing
+    T = M.shape[1]
+    for a in range(0, n, step):
+        blk = idx[a:a + step]
+        miss = blk < 0
+        mx = Mx[:, np.where(miss, T, blk)]  # (K, rows, r) centroid entry at the label
         if util.family == "c":
-            d = 1.0 + norms[None, :, i] - 2.0 * mx
+            d = 1.0 + norms[:, None, :] - 2.0 * mx
         elif util.family == "H":
             d = -np.log2(mx + EPS)
         elif util.family == "cos":
-            d = 1.0 - mx / norms[None, :, i]
+            d = 1.0 - mx / norms[:, None, :]
         else:
-            d = 1.0 - (mx / norms[None, :, i]) ** (util.p - 1.0)
-        if full:
-            D += dweights[i] * d
-        else:
-            D[obs] += dweights[i] * d
+            d = 1.0 - (mx / norms[:, None, :]) ** (util.p - 1.0)
+        wd = np.where(miss, 0.0, dweights[None, :])  # (rows, r)
+        D[a:a + step] = np.einsum("kmr,mr->mk", d, wd)
     return D
 
 
