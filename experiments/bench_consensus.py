@@ -11,6 +11,7 @@ A method that refuses the size (dense N x N needed) is reported as
 Usage::
 
     python experiments/bench_consensus.py [--sizes 5000 20000 100000] [--no-memory]
+        [--methods HGPA ...]
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[5_000, 20_000, 100_000])
     ap.add_argument("--no-memory", action="store_true", help="skip the tracemalloc pass")
+    ap.add_argument("--methods", nargs="+", default=None,
+                    help="run only these methods (names as printed, e.g. HGPA 'KCC(Uc)')")
     args = ap.parse_args(argv)
 
     import torch
@@ -77,6 +80,8 @@ def main(argv=None):
         X, y = make_ensemble(n)
         ens = Ensemble.from_labels(X)
         for name, make in methods(k).items():
+            if args.methods and name not in args.methods:
+                continue
             try:
                 t0 = time.perf_counter()
                 lab = make().fit(ens).labels_
