@@ -157,6 +157,17 @@ def test_kcc_utility_and_objective_are_consistent():
         assert 1 <= m.n_iter_ <= 40
 
 
+@pytest.mark.parametrize("utility", sorted(UTILITIES))
+def test_kcc_objective_never_increases(utility):
+    ens = _ensemble("iris_missing30")
+    for seed in range(3):
+        m = KCC(3, utility=utility, n_init=1, random_state=seed).fit(ens)
+        h = m.objective_history_
+        assert h.size >= 2
+        assert np.all(np.diff(h) <= 1e-9 * np.abs(h[:-1])), h
+        assert h[-1] == pytest.approx(m.objective_)
+
+
 def test_kcc_beats_random_partition_and_is_deterministic():
     ens = _ensemble("wine")
     a = KCC(3, utility="UH", random_state=5).fit(ens)

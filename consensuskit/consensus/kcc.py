@@ -88,6 +88,10 @@ class KCC(ConsensusEstimator):
         labelled member holds ``P^(i)`` (see Notes).
     utilities_ : ndarray, shape (n_init,)
         ``utility_`` of every restart.
+    objective_history_ : ndarray
+        Kept restart: the objective of each accepted assignment (against the
+        centroids it was assigned to), then ``objective_`` (against the
+        updated centroids).  Non-increasing.
 
     Notes
     -----
@@ -146,12 +150,13 @@ class KCC(ConsensusEstimator):
         for run in it:
             seeds = rs.choice(N, size=K, replace=False)
             M = self._onehot_rows(idx[seeds], T, off, marg)
-            labels, obj, n_iter, M = self._lloyd(ensemble, idx, off, M, K, util, dw, marg,
-                                                 max_iter, tol)
+            labels, obj, n_iter, M, hist = self._lloyd(ensemble, idx, off, M, K, util, dw,
+                                                       marg, max_iter, tol)
             utils[run] = (offset - obj) / N  # = sum_i w_i (n_i/n) U_i, see utilities
             if best is None or obj < best[1]:
-                best = (labels, obj, n_iter, M, utils[run])
-        self.labels_, self.objective_, self.n_iter_, self.centroids_, self.utility_ = best
+                best = (labels, obj, n_iter, M, utils[run], hist)
+        (self.labels_, self.objective_, self.n_iter_, self.centroids_, self.utility_,
+         self.objective_history_) = best
         self.utilities_ = utils
         self.n_clusters_ = K
         return self
@@ -177,6 +182,7 @@ class KCC(ConsensusEstimator):
         labels = None
         prev = np.inf
         n_iter = 0
+        history = []
         for n_iter in range(1, max_iter + 1):  # noqa: B007 - n_iter is used after the loop
             with np.errstate(divide="ignore", invalid="ignore"):
                 D = distance_matrix(idx, M, off, util, dw)
@@ -186,6 +192,7 @@ class KCC(ConsensusEstimator):
                 break
             new = KCC._fill_empty(new, D[rows, new], K)
             labels = new
+            history.append(obj)
             counts = contingency(ensemble, labels, K)
             M, _ = centroids_from_counts(counts, off, marg)
             if prev - obj < tol:
@@ -194,7 +201,8 @@ class KCC(ConsensusEstimator):
         with np.errstate(divide="ignore", invalid="ignore"):
             D = distance_matrix(idx, M, off, util, dw)
         final = float(D[rows, labels].sum())
-        return labels, final, n_iter, M
+        history.append(final)
+        return labels, final, n_iter, M, np.asarray(history)
 
     @staticmethod
     def _fill_empty(labels, own_dist, K):
