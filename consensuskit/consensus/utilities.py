@@ -68,6 +68,7 @@ __all__ = [
     "distance_weights",
     "objective_offset",
     "distance_matrix",
+    "distance_table",
     "objective_value",
 ]
 
@@ -316,35 +317,50 @@ def distance_matrix(idx: np.ndarray, M: np.ndarray, offsets: np.ndarray, utility
 
     Returns
     -------
-    D : (n, K) float64.  Work O(n r K), memory O(n K) plus a gather of at
-    most ~4e6 entries (rows are processed in chunks), reading only the
-    centroid entry at each point's label (the sparse offset-index form, never
-    the binary matrix).
+    D : (n, K) float64.
+
+    Notes
+    -----
+    A point's distance to centroid ``k`` in block ``i`` depends only on its
+    label ``t`` there, so the (sum_i K_i, K) table ``w'_i f_i(t, m_{k,i})`` is
+    computed once per call (O(K sum_i K_i) transcendental operations) and each
+    point adds up ``r`` rows of it: O(n r K) additions and O(n K) memory,
+    reading the offset index only (never the binary matrix).
     """
     util = get_utility(utility)
     n, r = idx.shape
-    K = M.shape[0]
-    norms = _block_norms(M, offsets, util)  # (K, r)
-    D = np.empty((n, K))
-    # rows in chunks so that the (K, rows, r) gather stays ~4M entries
-    step = max(1, int(4_000_000 // max(1, K * r)))
-    Mx = np.concatenate([M, np.zeros((K, 1))], axis=1)  # column T: dummy for missing
-    T = M.shape[1]
-    for a in range(0, n, step):
-        blk = idx[a:a + step]
-        miss = blk < 0
-        mx = Mx[:, np.where(miss, T, blk)]  # (K, rows, r) centroid entry at the label
-        if util.family == "c":
-            d = 1.0 + norms[:, None, :] - 2.0 * mx
-        elif util.family == "H":
-            d = -np.log2(mx + EPS)
-        elif util.family == "cos":
-            d = 1.0 - mx / norms[:, None, :]
-        else:
-            d = 1.0 - (mx / norms[:, None, :]) ** (util.p - 1.0)
-        wd = np.where(miss, 0.0, dweights[None, :])  # (rows, r)
-        D[a:a + step] = np.einsum("kmr,mr->mk", d, wd)
+    K, T = M.shape
+    table = distance_table(M, offsets, util, dweights)  # (T + 1, K), last row 0
+    D = np.zeros((n, K))
+    for i in range(r):
+        col = idx[:, i]
+        D += table[np.where(col >= 0, col, T)]
     return D
+
+
+def distance_table(M: np.ndarray, offsets: np.ndarray, utility, dweights: np.ndarray):
+    """``table[t, k] = w'_i f_i(e_t, m_{k,i})`` for global label ``t`` of block ``i``.
+
+    Shape (T + 1, K); the extra last row is 0 (used for missing labels).
+    """
+    util = get_utility(utility)
+    K, T = M.shape
+    r = offsets.size - 1
+    norms = _block_norms(M, offsets, util)  # (K, r)
+    block_of = np.repeat(np.arange(r), np.diff(offsets))
+    nb = norms[:, block_of]  # (K, T)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if util.family == "c":
+            d = 1.0 + nb - 2.0 * M
+        elif util.family == "H":
+            d = -np.log2(M + EPS)
+        elif util.family == "cos":
+            d = 1.0 - M / nb
+        else:
+            d = 1.0 - (M / nb) ** (util.p - 1.0)
+    table = np.zeros((T + 1, K))
+    table[:T] = (d * dweights[block_of][None, :]).T
+    return table
 
 
 def objective_value(ensemble: Ensemble, labels, n_clusters: int, utility="UH", weights=None):
