@@ -1,0 +1,382 @@
+"""Graph-based consensus functions: CSPA, HGPA, MCLA (Strehl & Ghosh 2002) and HBGF
+(Fern & Brodley 2004).
+
+All four read the base clusterings as the hypergraph whose hyperedges are the
+base clusters, i.e. the sparse one-hot matrix ``B`` (n x sum_j k_j, one column
+per base cluster; a missing label is a zero block) from
+:meth:`Ensemble.onehot`.  None of them forms a dense n x n array above
+``DENSE_COASSOCIATION_LIMIT`` (20,000) points:
+
+* CSPA partitions the co-association graph; exactly (sparse ``B B^T``) for
+  ``n <= max_exact``, else a sparse graph restricted to sampled same-cluster
+  neighbours (O(n * n_neighbors) edges);
+* HGPA partitions the star expansion of the hypergraph (n + sum_j k_j vertices,
+  one edge per observed label);
+* MCLA works on the (sum_j k_j) x (sum_j k_j) meta-graph and an n x K
+  association matrix;
+* HBGF embeds the (n + sum_j k_j)-vertex bipartite graph spectrally via the
+  (sum_j k_j) x (sum_j k_j) Gram matrix of the normalised biadjacency.
+
+Graph partitioning uses METIS through :mod:`pymetis` (seeded from
+``random_state``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils import check_random_state
+
+from ..base import ConsensusEstimator, check_n_clusters, check_positive_int
+from ..data import DENSE_COASSOCIATION_LIMIT, Ensemble
+
+__all__ = ["CSPA", "HGPA", "MCLA", "HBGF", "metis_partition"]
+
+#: Integer resolution of METIS edge weights (similarities in [0, 1] are scaled by it).
+WEIGHT_SCALE = 1000
+
+
+def _seed(random_state) -> int:
+    return int(check_random_state(random_state).randint(0, 2**31 - 1))
+
+
+def metis_partition(W: sp.spmatrix, n_parts: int, random_state=None, vweights=None,
+                    return_cut: bool = False):
+    """Partition a symmetric, non-negative sparse graph into ``n_parts`` with METIS.
+
+    Parameters
+    ----------
+    W : sparse (V, V)
+        Symmetric edge weights in [0, 1] (scaled by ``WEIGHT_SCALE`` and rounded;
+        edges rounding to 0 and the diagonal are dropped).
+    n_parts : int
+        Number of parts (METIS balances part sizes, ~3% imbalance).
+    random_state : seeds METIS.
+    vweights : None or (V,) int vertex weights.
+
+    return_cut : bool
+        Also return METIS's edge cut (in scaled integer weights).
+
+    Returns
+    -------
+    parts : ndarray of int64, shape (V,)
+    cut : int, only with ``return_cut``.
+    """
+    import pymetis
+
+    V = W.shape[0]
+    if n_parts == 1:
+        parts = np.zeros(V, dtype=np.int64)
+        return (parts, 0) if return_cut else parts
+    W = sp.csr_matrix(W, dtype=np.float64)
+    W.setdiag(0)
+    W.data = np.rint(W.data * WEIGHT_SCALE)
+    W.eliminate_zeros()
+    W.sort_indices()
+    opts = pymetis.Options(seed=_seed(random_state) % (2**31 - 1))
+    kwargs = {}
+    if vweights is not None:
+        kwargs["vweights"] = np.asarray(vweights, dtype=np.int64)
+    if W.nnz == 0:
+        # no edges: METIS would still balance; spread the vertices round-robin
+        parts = np.arange(V, dtype=np.int64) % n_parts
+        return (parts, 0) if return_cut else parts
+    res = pymetis.part_graph(
+        n_parts,
+        adjacency=pymetis.CSRAdjacency(W.indptr.astype(np.int64), W.indices.astype(np.int64)),
+        eweights=W.data.astype(np.int64),
+        options=opts,
+        **kwargs,
+    )
+    parts = np.asarray(res.vertex_part, dtype=np.int64)
+    return (parts, int(res.edge_cuts)) if return_cut else parts
+
+
+def _relabel(labels: np.ndarray) -> np.ndarray:
+    """Map the distinct labels, in sorted order, to 0..K'-1."""
+    _, inv = np.unique(labels, return_inverse=True)
+    return inv.astype(np.int64)
+
+
+def _check_parts(k: int, n_vertices: int, what: str):
+    if k > n_vertices:
+        raise ValueError(f"n_clusters={k} is more than the number of {what} ({n_vertices})")
+
+
+class CSPA(ConsensusEstimator):
+    """Cluster-based similarity partitioning (Strehl & Ghosh 2002).
+
+    The co-association similarity ``s_ij = c_ij / n_ij`` (the fraction of the
+    base clusterings labelling both i and j that put them together; 0 when no
+    base clustering labels both, so missing labels are supported) is the
+    weighted graph partitioned into ``n_clusters`` balanced parts by METIS.
+
+    Parameters
+    ----------
+    n_clusters : int, default 2
+    max_exact : int, default 5000
+        Up to this many points the full co-association graph is built as the
+        sparse product ``B B^T`` (up to n^2 non-zeros, never a dense array).
+        Must be <= 20,000.  Above it, the sparse approximation below is used.
+    n_neighbors : int, default 30
+        Sparse mode: each point draws ``n_neighbors`` partners, each a uniform
+        member of its own cluster in a uniformly chosen base clustering that
+        labels it (high-similarity candidates); the graph keeps these pairs
+        with their exact ``s_ij`` (O(n * n_neighbors) edges and memory).
+    random_state : None, int or RandomState
+
+    Attributes
+    ----------
+    labels_ : (n,) int64 in 0..K-1
+    sparse_mode_ : bool, whether the sampled graph was used.
+    n_edges_ : int, undirected edges given to METIS.
+    """
+
+    def __init__(self, n_clusters=2, *, max_exact=5000, n_neighbors=30, random_state=None):
+        self.n_clusters = n_clusters
+        self.max_exact = max_exact
+        self.n_neighbors = n_neighbors
+        self.random_state = random_state
+
+    def _fit(self, ensemble: Ensemble):
+        N = ensemble.n_samples
+        K = check_n_clusters(self.n_clusters, N)
+        max_exact = check_positive_int(self.max_exact, "max_exact")
+        if max_exact > DENSE_COASSOCIATION_LIMIT:
+            raise ValueError(
+                f"max_exact={max_exact} exceeds {DENSE_COASSOCIATION_LIMIT}: the exact "
+                "co-association graph has up to N^2 entries; use the sparse mode above that"
+            )
+        n_nb = check_positive_int(self.n_neighbors, "n_neighbors")
+        rs = check_random_state(self.random_state)
+        if N <= max_exact:
+            W = self._exact_graph(ensemble)
+            self.sparse_mode_ = False
+        else:
+            W = self._sampled_graph(ensemble, n_nb, rs)
+            self.sparse_mode_ = True
+        self.n_edges_ = int((W.nnz - W.diagonal().astype(bool).sum()) // 2)
+        self.labels_ = _relabel(metis_partition(W, K, rs))
+        return self
+
+    @staticmethod
+    def _exact_graph(ens: Ensemble) -> sp.csr_matrix:
+        B = ens.onehot(dtype=np.float64)
+        C = (B @ B.T).tocsr()
+        if ens.has_missing:
+            O = sp.csr_matrix(ens.mask.astype(np.float64))
+            Nn = (O @ O.T).tocsr()
+            # same sparsity: c_ij > 0 implies n_ij > 0
+            n_ij = np.asarray(Nn[C.nonzero()]).ravel()
+            C.data = C.data / n_ij
+            return C
+        return C / ens.n_partitions
+
+    @staticmethod
+    def _sampled_graph(ens: Ensemble, n_nb: int, rs) -> sp.csr_matrix:
+        N, M = ens.shape
+        codes = ens.codes
+        # per column: members of each cluster, contiguous in `order`
+        orders, starts, sizes = [], [], []
+        for j in range(M):
+            col = codes[:, j]
+            cnt = np.bincount(col[col >= 0], minlength=int(ens.n_labels[j]))
+            order = np.argsort(np.where(col >= 0, col, ens.n_labels[j]), kind="stable")
+            orders.append(order)
+            starts.append(np.concatenate([[0], np.cumsum(cnt)[:-1]]))
+            sizes.append(cnt)
+        mask = ens.mask
+        rows_all, cols_all = [], []
+        ar = np.arange(N)
+        for _ in range(n_nb):
+            # a uniformly random observed column per point
+            j_pick = np.argmax(np.where(mask, rs.random_sample((N, M)), -1.0), axis=1)
+            partner = np.empty(N, dtype=np.int64)
+            for j in range(M):
+                sel = np.flatnonzero(j_pick == j)
+                if sel.size == 0:
+                    continue
+                lab = codes[sel, j]
+                off = (rs.random_sample(sel.size) * sizes[j][lab]).astype(np.int64)
+                partner[sel] = orders[j][starts[j][lab] + off]
+            keep = partner != ar
+            rows_all.append(ar[keep])
+            cols_all.append(partner[keep])
+        a = np.concatenate(rows_all)
+        b = np.concatenate(cols_all)
+        lo, hi = np.minimum(a, b), np.maximum(a, b)
+        key = np.unique(lo * N + hi)
+        pairs = np.stack([key // N, key % N], axis=1)
+        c, n = ens.coassociation(pairs)
+        s = np.where(n > 0, c / np.maximum(n, 1), 0.0)
+        W = sp.coo_matrix((s, (pairs[:, 0], pairs[:, 1])), shape=(N, N))
+        return (W + W.T).tocsr()
+
+
+class HGPA(ConsensusEstimator):
+    """Hypergraph partitioning consensus (after Strehl & Ghosh 2002), via METIS on
+    the star expansion.
+
+    Strehl & Ghosh cut the hypergraph whose hyperedges are the base clusters
+    into K balanced parts with HMETIS.  The PyPI ``kahypar`` wheel installs but
+    ships no preset configuration file (its Python API needs an ``.ini``
+    preset), so this implementation uses a documented alternative: the *star
+    expansion*, a bipartite graph with one vertex per point and one per base
+    cluster and an edge (weight 1) for every observed label.  METIS cuts it into
+    K balanced parts (vertex weights: 1 per point, 0 per hyperedge vertex, so
+    balance is over points), which minimises the number of (point, hyperedge)
+    incidences that are cut; the points' parts are the consensus.  Like HGPA it
+    favours balanced clusters.  Missing labels simply have no edge.  METIS's
+    result on this graph varies a lot with its seed on noisy ensembles, so it
+    is run ``n_init`` times and the smallest cut is kept.
+
+    Parameters
+    ----------
+    n_clusters : int, default 2
+    n_init : int, default 5
+        METIS runs with different seeds; the smallest edge cut wins.
+    random_state : None, int or RandomState
+
+    Attributes
+    ----------
+    labels_ : (n,) int64
+    edge_cut_ : int, cut (number of point-hyperedge incidences) of the kept run.
+    """
+
+    def __init__(self, n_clusters=2, *, n_init=5, random_state=None):
+        self.n_clusters = n_clusters
+        self.n_init = n_init
+        self.random_state = random_state
+
+    def _fit(self, ensemble: Ensemble):
+        N = ensemble.n_samples
+        K = check_n_clusters(self.n_clusters, N)
+        T = ensemble.n_total_labels
+        B = ensemble.onehot(dtype=np.float64) / WEIGHT_SCALE  # weight 1 after scaling
+        W = sp.bmat([[None, B], [B.T, None]], format="csr")
+        vw = np.concatenate([np.ones(N, dtype=np.int64), np.zeros(T, dtype=np.int64)])
+        n_init = check_positive_int(self.n_init, "n_init")
+        rs = check_random_state(self.random_state)
+        best = None
+        for _ in range(n_init):
+            parts, cut = metis_partition(W, K, rs, vweights=vw, return_cut=True)
+            if best is None or cut < best[1]:
+                best = (parts, cut)
+        self.labels_ = _relabel(best[0][:N])
+        self.edge_cut_ = best[1]
+        return self
+
+
+class MCLA(ConsensusEstimator):
+    """Meta-clustering algorithm (Strehl & Ghosh 2002).
+
+    1. The base clusters (hyperedges, columns of ``B``) form a meta-graph with
+       Jaccard edge weights ``|a & b| / |a | b|`` over the points each labels.
+    2. METIS cuts it into ``n_clusters`` balanced meta-clusters.
+    3. Each meta-cluster's association with a point is the fraction of its
+       hyperedges that contain the point (n x K, O(n r) work).
+    4. Each point goes to the meta-cluster it is most associated with (ties
+       broken at random with ``random_state``).
+
+    A meta-cluster that wins no point is dropped, so fewer than K clusters can
+    come out (``n_clusters_``).  Missing labels are natural: a point is simply
+    in fewer hyperedges.  Needs ``n_clusters <= sum_j k_j``.
+
+    Attributes
+    ----------
+    labels_, n_clusters_, meta_labels_ ((sum_j k_j,) meta-cluster of each base
+    cluster), association_ ((n, K) association matrix).
+    """
+
+    def __init__(self, n_clusters=2, *, random_state=None):
+        self.n_clusters = n_clusters
+        self.random_state = random_state
+
+    def _fit(self, ensemble: Ensemble):
+        N = ensemble.n_samples
+        K = check_n_clusters(self.n_clusters, N)
+        T = ensemble.n_total_labels
+        _check_parts(K, T, "base clusters (hyperedges)")
+        rs = check_random_state(self.random_state)
+        B = ensemble.onehot(dtype=np.float64).tocsc()
+        inter = (B.T @ B).toarray() if T <= 4000 else (B.T @ B).tocsr()
+        size = np.asarray(B.sum(axis=0)).ravel()
+        if sp.issparse(inter):
+            inter = inter.tocoo()
+            union = size[inter.row] + size[inter.col] - inter.data
+            J = sp.coo_matrix((inter.data / union, (inter.row, inter.col)), shape=(T, T))
+        else:
+            J = inter / (size[:, None] + size[None, :] - inter)
+        meta = metis_partition(sp.csr_matrix(J), K, rs)
+        H = sp.csr_matrix((np.ones(T), (np.arange(T), meta)), shape=(T, K))
+        msize = np.asarray(H.sum(axis=0)).ravel()
+        A = np.asarray((B @ H).todense()) / np.maximum(msize, 1)[None, :]
+        jitter = rs.random_sample(A.shape) * 1e-9  # random tie-breaking
+        lab = np.argmax(A + jitter * (A == A.max(axis=1, keepdims=True)), axis=1)
+        self.meta_labels_ = meta
+        self.association_ = A
+        self.labels_ = _relabel(lab)
+        self.n_clusters_ = int(self.labels_.max() + 1)
+        return self
+
+
+class HBGF(ConsensusEstimator):
+    """Hybrid bipartite graph formulation (Fern & Brodley 2004).
+
+    Points and base clusters are the two sides of a bipartite graph with the
+    one-hot matrix ``B`` (n x T, T = sum_j k_j) as biadjacency.  Its spectral
+    partition: with degrees ``d1`` (labels per point) and ``d2`` (cluster
+    sizes), ``A = D1^{-1/2} B D2^{-1/2}``; the top-K singular vectors
+    ``A = U S V^T`` give the top eigenvectors ``[U; V]`` of the normalised
+    adjacency of the bipartite graph.  The rows of ``[U; V]`` (all n + T
+    vertices) are normalised to unit length and clustered by k-means (Ng,
+    Jordan & Weiss); the points' clusters are the consensus.  The SVD is taken
+    from the T x T matrix ``A^T A`` (dense eigendecomposition), so the cost is
+    O(n r K + T^3) and memory O(n K + T^2).  Missing labels: a point has fewer
+    edges.
+
+    Parameters
+    ----------
+    n_clusters : int, default 2
+    n_init : int, default 10
+        k-means restarts.
+    random_state : None, int or RandomState
+    """
+
+    def __init__(self, n_clusters=2, *, n_init=10, random_state=None):
+        self.n_clusters = n_clusters
+        self.n_init = n_init
+        self.random_state = random_state
+
+    def _fit(self, ensemble: Ensemble):
+        from sklearn.cluster import KMeans
+
+        N = ensemble.n_samples
+        K = check_n_clusters(self.n_clusters, N)
+        n_init = check_positive_int(self.n_init, "n_init")
+        T = ensemble.n_total_labels
+        if T > 20_000:
+            raise ValueError(
+                f"HBGF needs a T x T eigendecomposition; T={T} base clusters is too many"
+            )
+        B = ensemble.onehot(dtype=np.float64)
+        d1 = np.asarray(B.sum(axis=1)).ravel()
+        d2 = np.asarray(B.sum(axis=0)).ravel()
+        A = sp.diags(1 / np.sqrt(d1)) @ B @ sp.diags(1 / np.sqrt(d2))
+        G = (A.T @ A).toarray()
+        evals, evecs = np.linalg.eigh(G)
+        k = min(K, T)
+        top = np.argsort(evals)[::-1][:k]
+        s = np.sqrt(np.clip(evals[top], 0.0, None))
+        V = evecs[:, top]
+        # fix eigenvector signs for reproducibility
+        V *= np.where(V[np.argmax(np.abs(V), axis=0), np.arange(k)] < 0, -1.0, 1.0)
+        U = (A @ V) / np.where(s > 1e-12, s, 1.0)[None, :]
+        Z = np.vstack([U, V])
+        norms = np.linalg.norm(Z, axis=1, keepdims=True)
+        Z = Z / np.where(norms > 0, norms, 1.0)
+        km = KMeans(n_clusters=K, n_init=n_init, random_state=self.random_state).fit(Z)
+        self.labels_ = _relabel(km.labels_[:N])
+        self.n_clusters_ = int(self.labels_.max() + 1)
+        self.embedding_ = U
+        return self

@@ -1,0 +1,184 @@
+"""Comparison consensus functions: CSPA, HGPA, MCLA, HBGF, EAC, QMI (and KCC)."""
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from consensuskit.consensus import eac as eac_mod
+from consensuskit.consensus.eac import EAC
+from consensuskit.consensus.graph import CSPA, HBGF, HGPA, MCLA
+from consensuskit.consensus.kcc import KCC
+from consensuskit.consensus.qmi import QMI
+
+
+def planted(rng, n_per=60, k=3, m=10, noise=0.15, missing=0.0):
+    """k planted groups; m base clusterings = permuted truth with random relabelling
+    noise; some columns split a group into two labels."""
+    y = np.repeat(np.arange(k), n_per)
+    cols = []
+    for j in range(m):
+        perm = rng.permutation(k + 1)
+        lab = perm[y]
+        if j % 3 == 0:  # over-split one group
+            g = rng.integers(k)
+            lab = np.where((y == g) & (rng.random(y.size) < 0.5), perm[k], lab)
+        flip = rng.random(y.size) < noise
+        lab = np.where(flip, rng.integers(0, k + 1, y.size), lab)
+        cols.append(lab)
+    X = np.column_stack(cols)
+    if missing:
+        drop = rng.random(X.shape) < missing
+        drop[np.arange(X.shape[0]), rng.integers(0, m, X.shape[0])] = False
+        X[drop] = -1
+    return X, y
+
+
+FACTORIES = {
+    "CSPA": lambda rs: CSPA(3, random_state=rs),
+    "CSPA_sparse": lambda rs: CSPA(3, max_exact=10, n_neighbors=20, random_state=rs),
+    "HGPA": lambda rs: HGPA(3, random_state=rs),
+    "MCLA": lambda rs: MCLA(3, random_state=rs),
+    "HBGF": lambda rs: HBGF(3, random_state=rs),
+    "EAC_single": lambda rs: EAC(3, linkage="single"),
+    "EAC_average": lambda rs: EAC(3, linkage="average"),
+    "EAC_ward": lambda rs: EAC(3, linkage="ward"),
+    "QMI": lambda rs: QMI(3, random_state=rs),
+    "KCC": lambda rs: KCC(3, utility="Uc", random_state=rs),
+}
+# single linkage chains through noisy pairs when labels are missing; the others must cope
+HANDLES_MISSING = [k for k in FACTORIES if k != "EAC_single"]
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_recovers_planted_consensus(name, rng):
+    X, y = planted(rng, noise=0.1)
+    labels = FACTORIES[name](0).fit_predict(X)
+    assert adjusted_rand_score(y, labels) > 0.95
+
+
+@pytest.mark.parametrize("name", HANDLES_MISSING)
+def test_recovers_planted_consensus_with_missing_labels(name, rng):
+    X, y = planted(rng, noise=0.1, missing=0.3)
+    assert (X == -1).mean() > 0.2
+    labels = FACTORIES[name](0).fit_predict(X)
+    assert adjusted_rand_score(y, labels) > 0.9
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_labels_are_consecutive_ints(name, rng):
+    X, _ = planted(rng, missing=0.2)
+    m = FACTORIES[name](1).fit(X)
+    lab = m.labels_
+    assert lab.shape == (X.shape[0],)
+    assert lab.dtype.kind == "i"
+    assert set(np.unique(lab)) == set(range(lab.max() + 1))
+    assert lab.max() + 1 <= 3
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_deterministic_given_random_state(name, rng):
+    X, _ = planted(rng, noise=0.4)  # noisy: randomness would show
+    a = FACTORIES[name](7).fit_predict(X)
+    b = FACTORIES[name](7).fit_predict(X)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_cspa_sparse_mode_never_builds_exact_graph(rng, monkeypatch):
+    X, y = planted(rng, n_per=100)
+
+    def boom(*a, **k):
+        raise AssertionError("exact co-association graph built")
+
+    monkeypatch.setattr(CSPA, "_exact_graph", staticmethod(boom))
+    m = CSPA(3, max_exact=50, n_neighbors=15, random_state=0).fit(X)
+    assert m.sparse_mode_
+    assert m.n_edges_ <= X.shape[0] * 15
+    assert adjusted_rand_score(y, m.labels_) > 0.95
+
+
+def test_cspa_refuses_exact_mode_above_limit():
+    X = np.zeros((10, 2), dtype=int)
+    X[5:] = 1
+    with pytest.raises(ValueError, match="max_exact=30000 exceeds 20000"):
+        CSPA(2, max_exact=30_000).fit(X)
+
+
+def test_eac_refuses_dense_above_limit():
+    # N = 20,001 fails before any N^2 allocation
+    X = np.column_stack([np.arange(20_001) % 2, np.arange(20_001) % 3])
+    with pytest.raises(ValueError, match="N=20001 exceeds 20000"):
+        EAC(2).fit(X)
+
+
+def test_eac_limit_is_the_shared_constant(rng, monkeypatch):
+    X, _ = planted(rng, n_per=30)
+    monkeypatch.setattr(eac_mod, "DENSE_COASSOCIATION_LIMIT", 50)
+    with pytest.raises(ValueError, match="exceeds 50"):
+        EAC(3).fit(X)
+
+
+def test_eac_distance_matches_coassociation(rng):
+    from scipy.spatial.distance import squareform
+
+    from consensuskit.data import Ensemble
+
+    X, _ = planted(rng, n_per=20, missing=0.3)
+    ens = Ensemble.from_labels(X)
+    c, n = ens.coassociation()
+    want = np.where(n > 0, 1 - c / np.maximum(n, 1), 1.0)
+    np.fill_diagonal(want, 0)
+    got = squareform(eac_mod.condensed_coassociation_distance(ens, block=7))
+    np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def test_ward_distance_is_euclidean_in_onehot_space(rng):
+    from scipy.spatial.distance import pdist
+
+    from consensuskit.data import Ensemble
+
+    X, _ = planted(rng, n_per=10)
+    ens = Ensemble.from_labels(X)
+    d = eac_mod.condensed_coassociation_distance(ens, sqrt=True)
+    e = pdist(ens.onehot().toarray()) / np.sqrt(2 * ens.n_partitions)
+    np.testing.assert_allclose(d, e, atol=1e-12)
+
+
+def test_qmi_features_are_centred_and_missing_is_zero(rng):
+    from consensuskit.data import Ensemble
+
+    X, _ = planted(rng, n_per=20, missing=0.3)
+    ens = Ensemble.from_labels(X)
+    F = QMI.features(ens)
+    mask = np.repeat(ens.mask, ens.n_labels, axis=1)
+    assert np.all(F[~mask] == 0)
+    np.testing.assert_allclose(F.sum(axis=0), 0.0, atol=1e-10)
+
+
+def test_mcla_association_and_meta_labels(rng):
+    X, y = planted(rng)
+    m = MCLA(3, random_state=0).fit(X)
+    T = m.ensemble_.n_total_labels
+    assert m.meta_labels_.shape == (T,)
+    assert m.association_.shape == (X.shape[0], 3)
+    assert np.all((m.association_ >= 0) & (m.association_ <= 1))
+
+
+def test_bad_inputs():
+    X = np.tile(np.array([[0, 1], [1, 0]]), (5, 1))
+    with pytest.raises(ValueError, match="linkage must be one of"):
+        EAC(2, linkage="median").fit(X)
+    with pytest.raises(ValueError, match="n_clusters"):
+        HBGF(50).fit(X)
+    with pytest.raises(ValueError, match="more than the number of base clusters"):
+        MCLA(5).fit(X)
+    with pytest.raises(TypeError, match="n_neighbors"):
+        CSPA(2, n_neighbors=1.5).fit(X)
+    with pytest.raises(ValueError, match="labels must be 2-D"):
+        QMI(2).fit(np.arange(10))
+
+
+def test_lazy_exports():
+    import consensuskit
+
+    for name in ["KCC", "CSPA", "HGPA", "MCLA", "HBGF", "EAC", "QMI"]:
+        assert getattr(consensuskit, name).__name__ == name
