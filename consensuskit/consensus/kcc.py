@@ -63,6 +63,13 @@ class KCC(ConsensusEstimator):
     tol : float, default 1e-5
         A restart stops when the objective decreases by less than ``tol``
         (absolute, as in the authors' package) between two passes.
+    init : {"kmeans++", "random"}, default "kmeans++"
+        How each restart picks its K seed points.  ``"random"``: K distinct
+        points uniformly, as the authors' package does.  ``"kmeans++"``: the
+        first uniformly, each next one with probability proportional to its
+        utility distance to the nearest seed chosen so far; this avoids the
+        poor optima that uniform seeding of UH/NUH often ends in (two seeds in
+        one planted group), so restarts agree far more often.
     random_state : None, int or RandomState
         Seeds the initial centroids.
     verbose : bool, default False
@@ -95,7 +102,8 @@ class KCC(ConsensusEstimator):
 
     Notes
     -----
-    * Initialisation: the one-hot rows of K distinct random points; a block
+    * Initialisation: the one-hot rows of K distinct seed points (see
+      ``init``); a block
       missing for a chosen point is filled with that BP's marginal
       distribution ``P^(i)`` (the package draws a random one-hot instead).
     * Incomplete partitions (eqs. 20-21): a point's distance sums only over the
@@ -112,8 +120,9 @@ class KCC(ConsensusEstimator):
     """
 
     def __init__(self, n_clusters=2, *, utility="UH", weights=None, n_init=10, max_iter=40,
-                 tol=1e-5, random_state=None, verbose=False):
+                 tol=1e-5, init="kmeans++", random_state=None, verbose=False):
         self.n_clusters = n_clusters
+        self.init = init
         self.utility = utility
         self.weights = weights
         self.n_init = n_init
@@ -133,6 +142,8 @@ class KCC(ConsensusEstimator):
         w = check_weights(self.weights, ensemble.n_partitions)
         dw = distance_weights(ensemble, util, w)
         rs = check_random_state(self.random_state)
+        if self.init not in ("kmeans++", "random"):
+            raise ValueError(f"init must be 'kmeans++' or 'random'; got {self.init!r}")
 
         idx = ensemble.offset_index()
         off = ensemble.offsets
@@ -148,7 +159,10 @@ class KCC(ConsensusEstimator):
         best = None
         utils = np.empty(n_init)
         for run in it:
-            seeds = rs.choice(N, size=K, replace=False)
+            if self.init == "random":
+                seeds = rs.choice(N, size=K, replace=False)
+            else:
+                seeds = self._kmeanspp_seeds(rs, idx, T, off, marg, util, dw, K)
             M = self._onehot_rows(idx[seeds], T, off, marg)
             labels, obj, n_iter, M, hist = self._lloyd(ensemble, idx, off, M, K, util, dw,
                                                        marg, max_iter, tol)
@@ -160,6 +174,31 @@ class KCC(ConsensusEstimator):
         self.utilities_ = utils
         self.n_clusters_ = K
         return self
+
+    @classmethod
+    def _kmeanspp_seeds(cls, rs, idx, T, off, marg, util, dw, K):
+        """K distinct seeds, each next drawn with probability ~ distance to the nearest seed."""
+        N = idx.shape[0]
+        seeds = [int(rs.randint(N))]
+
+        def dist_to(point):
+            M = cls._onehot_rows(idx[[point]], T, off, marg)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return distance_matrix(idx, M, off, util, dw)[:, 0]
+
+        d = dist_to(seeds[0])
+        for _ in range(1, K):
+            w = np.where(np.isfinite(d), np.maximum(d, 0.0), 0.0)
+            w[seeds] = 0.0
+            total = w.sum()
+            if total > 0:
+                p = int(rs.choice(N, p=w / total))
+            else:  # every point coincides with a seed: take any other point
+                rest = np.setdiff1d(np.arange(N), seeds)
+                p = int(rs.choice(rest))
+            seeds.append(p)
+            d = np.minimum(d, dist_to(p))
+        return np.asarray(seeds)
 
     @staticmethod
     def _onehot_rows(rows_idx, T, off, marg):
