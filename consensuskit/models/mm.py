@@ -41,7 +41,7 @@ import torch
 from pyro import poutine
 from pyro.distributions import constraints
 
-__all__ = ["model", "map_guide", "log_joint", "sample", "site_names"]
+__all__ = ["model", "map_guide", "set_map_params", "log_joint", "sample", "site_names"]
 
 
 def site_names(n_partitions: int):
@@ -145,14 +145,13 @@ def map_guide(
     subsample_size=None,
     dtype=torch.float64,
     device="cpu",
-    init_pi=None,
-    init_theta=None,
 ):
     """MAP (point-mass) guide over ``pi`` and ``theta``; ``z`` is enumerated in the model.
 
-    Takes the model's arguments plus optional initial values ``init_pi`` (K,)
-    and ``init_theta`` (list of (K, k_j)).  Parameters (``pyro.param`` names):
-    ``pi_map`` (K,) and ``theta_map_{j}`` (K, k_j), all constrained to the simplex.
+    Takes the model's arguments.  Parameters (``pyro.param`` names):
+    ``pi_map`` (K,) and ``theta_map_{j}`` (K, k_j), all constrained to the
+    simplex; they start uniform (``pi``) and Dirichlet(1) random (``theta``)
+    unless set beforehand with :func:`set_map_params` (e.g. from an EM fit).
     With this guide ``-TraceEnum_ELBO`` equals the log joint
     ``log p(X, pi, theta)`` with ``z`` summed out, i.e. the penalised
     objective ``F`` of :mod:`consensuskit.inference.mm_em`.
@@ -160,17 +159,32 @@ def map_guide(
     n_labels = [int(k) for k in n_labels]
     K = int(n_clusters)
     opts = dict(dtype=dtype, device=device)
-    pi0 = torch.full((K,), 1.0 / K, **opts) if init_pi is None else torch.as_tensor(init_pi, **opts)
-    pi_q = pyro.param("pi_map", pi0, constraint=constraints.simplex)
+    pi_q = pyro.param(
+        "pi_map", lambda: torch.full((K,), 1.0 / K, **opts), constraint=constraints.simplex
+    )
     pyro.sample("pi", dist.Delta(pi_q, event_dim=1))
     with pyro.plate("components", K, dim=-1):
         for j, kj in enumerate(n_labels):
-            if init_theta is None:
-                t0 = dist.Dirichlet(torch.ones(kj, **opts)).sample((K,))
-            else:
-                t0 = torch.as_tensor(init_theta[j], **opts)
-            th = pyro.param(f"theta_map_{j}", t0, constraint=constraints.simplex)
+            th = pyro.param(
+                f"theta_map_{j}",
+                lambda kj=kj: dist.Dirichlet(torch.ones(kj, **opts)).sample((K,)),
+                constraint=constraints.simplex,
+            )
             pyro.sample(f"theta_{j}", dist.Delta(th, event_dim=1))
+
+
+def set_map_params(pi, theta, *, dtype=torch.float64, device="cpu"):
+    """Put ``pi`` (K,) and ``theta`` (list of (K, k_j)) into the param store for :func:`map_guide`.
+
+    Existing values of ``pi_map`` / ``theta_map_{j}`` are replaced.
+    """
+    store = pyro.get_param_store()
+    opts = dict(dtype=dtype, device=device)
+    names = ["pi_map"] + [f"theta_map_{j}" for j in range(len(theta))]
+    for name, value in zip(names, [pi, *theta]):
+        if name in store:
+            del store[name]
+        pyro.param(name, torch.as_tensor(value, **opts).clone(), constraint=constraints.simplex)
 
 
 def _empty_guide(*args, **kwargs):
