@@ -112,7 +112,7 @@ class MMLayout:
         return int(self.n_labels[j] + self.has_missing[j])
 
 
-def prepare(codes, n_labels, *, device="cpu", dtype=torch.float64, max_table=4096) -> MMLayout:
+def prepare(codes, n_labels, *, device="cpu", dtype=torch.float64, max_table="auto") -> MMLayout:
     """Lay out a coded label matrix for the engine.
 
     Parameters
@@ -123,9 +123,11 @@ def prepare(codes, n_labels, *, device="cpu", dtype=torch.float64, max_table=409
         ``k_j``; every code in column ``j`` must be below it.
     device, dtype
         torch device and floating dtype of the parameters.
-    max_table : int
+    max_table : int or "auto"
         Largest joint table (product of slots) of a column group; 1 column per
-        group when a single column is already larger.
+        group when a single column is already larger.  ``"auto"``:
+        ``clip(N // 8, 64, 2**17)``, so tables stay small beside N and within
+        cache (at N = 1e6 and k_j = 5: groups of 7 columns, 78125 entries).
 
     Returns
     -------
@@ -140,8 +142,10 @@ def prepare(codes, n_labels, *, device="cpu", dtype=torch.float64, max_table=409
         raise ValueError(f"n_labels must have shape ({M},); got {n_labels.shape}")
     if (codes < -1).any() or (codes >= n_labels[None, :]).any():
         raise ValueError("codes must lie in -1..k_j-1 for column j")
+    if isinstance(max_table, str) and max_table == "auto":
+        max_table = int(np.clip(N // 8, 64, 2**17))
     if max_table < 1:
-        raise ValueError(f"max_table must be >= 1; got {max_table}")
+        raise ValueError(f"max_table must be >= 1 or 'auto'; got {max_table}")
     has_missing = (codes < 0).any(axis=0)
     slots = n_labels + has_missing
     groups, cur, size = [], [], 1
@@ -184,7 +188,7 @@ def _group_table(layout: MMLayout, log_theta: torch.Tensor, cols) -> torch.Tenso
     return tab
 
 
-def log_likelihood_matrix(layout: MMLayout, log_pi, log_theta) -> torch.Tensor:
+def log_likelihood_matrix(layout: MMLayout, log_pi, log_theta, *, out=None, tmp=None):
     """``log pi_k + sum_{j observed} log theta_jk(x_ij)``.
 
     Parameters
@@ -192,25 +196,39 @@ def log_likelihood_matrix(layout: MMLayout, log_pi, log_theta) -> torch.Tensor:
     layout : MMLayout
     log_pi : Tensor, shape (K,)
     log_theta : Tensor, shape (K, V)
+    out, tmp : Tensor, shape (K, N), optional
+        Work buffers reused across iterations (avoids re-allocating and
+        page-faulting two (K, N) arrays per E-step).
 
     Returns
     -------
     Tensor, shape (K, N)
-        Unnormalised log responsibilities ``log pi_k P_k(y_i)`` (eq. 13 numerator).
+        Unnormalised log responsibilities ``log pi_k P_k(y_i)`` (eq. 13
+        numerator); this is ``out`` when given.
     """
-    out = None
+    K, N = log_theta.shape[0], layout.n_samples
+    if out is None:
+        out = log_theta.new_empty(K, N)
     for g, cols in enumerate(layout.groups):
-        part = _group_table(layout, log_theta, cols).index_select(1, layout.codes[g])
-        if out is None:
-            out = part
+        tab = _group_table(layout, log_theta, cols)
+        if g == 0:
+            torch.index_select(tab, 1, layout.codes[g], out=out)
         else:
-            out += part
+            if tmp is None:
+                tmp = log_theta.new_empty(K, N)
+            torch.index_select(tab, 1, layout.codes[g], out=tmp)
+            out += tmp
     out += log_pi[:, None]
     return out
 
 
-def e_step(layout: MMLayout, log_pi, log_theta):
+def e_step(layout: MMLayout, log_pi, log_theta, *, work=None):
     """E-step (eq. 13-14 with missing labels skipped).
+
+    Parameters
+    ----------
+    work : tuple of two Tensors of shape (K, N), optional
+        Work buffers for :func:`log_likelihood_matrix`.
 
     Returns
     -------
@@ -218,15 +236,20 @@ def e_step(layout: MMLayout, log_pi, log_theta):
         Posterior responsibilities ``E[z_ik]``; columns sum to 1.
     loglik : float
         ``sum_i log sum_k pi_k P_k(y_i)`` (eq. 3), accumulated in float64.
+
+    Notes
+    -----
+    With ``L`` the log numerators, ``m_i = max_k L_ki`` and ``r_ki`` the
+    softmax, ``max_k r_ki = 1 / sum_k exp(L_ki - m_i)``, so
+    ``log sum_k exp L_ki = m_i - log max_k r_ki``: the log-likelihood comes
+    from the fused softmax without a second pass of ``exp``.
     """
-    L = log_likelihood_matrix(layout, log_pi, log_theta)
+    out, tmp = work if work is not None else (None, None)
+    L = log_likelihood_matrix(layout, log_pi, log_theta, out=out, tmp=tmp)
     mx = L.amax(dim=0)
-    L -= mx
-    L.exp_()
-    s = L.sum(dim=0)
-    L /= s
-    loglik = (mx.to(torch.float64) + s.to(torch.float64).log()).sum()
-    return L, float(loglik)
+    resp = torch.softmax(L, dim=0)
+    row = mx.to(torch.float64) - resp.amax(dim=0).to(torch.float64).log()
+    return resp, float(row.sum())
 
 
 def label_counts(layout: MMLayout, resp) -> torch.Tensor:
@@ -367,13 +390,15 @@ def run_em(
     history = []
     converged = False
     n_iter = 0
-    resp, ll = e_step(layout, log_pi, log_theta)
+    K, N = log_theta.shape[0], layout.n_samples
+    work = (log_theta.new_empty(K, N), log_theta.new_empty(K, N))
+    resp, ll = e_step(layout, log_pi, log_theta, work=work)
     F = ll + log_prior(log_pi, log_theta, layout.n_labels, **prior)
     history.append(F)
     for _ in range(max_iter):
         log_pi, log_theta = m_step(layout, resp, **prior)
         del resp
-        resp, ll = e_step(layout, log_pi, log_theta)
+        resp, ll = e_step(layout, log_pi, log_theta, work=work)
         F_new = ll + log_prior(log_pi, log_theta, layout.n_labels, **prior)
         history.append(F_new)
         n_iter += 1
