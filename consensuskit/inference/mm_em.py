@@ -453,9 +453,11 @@ def fit_em(
                 log_pi, log_theta = init_params(layout, n_clusters, generator=generator)
             else:
                 raise ValueError(f"init must be 'random' or a callable; got {init!r}")
+            bar.set_description(f"MM EM restart {r + 1}/{n_init}")
             res = run_em(
                 layout, log_pi, log_theta, max_iter=max_iter, tol=tol, progress=bar, **prior
             )
+            bar.update(max_iter - res.n_iter)  # a converged restart skips its remaining steps
             if best is None or res.objective > best.objective:
                 best = res
             else:
