@@ -196,9 +196,10 @@ def log_likelihood_matrix(layout: MMLayout, log_pi, log_theta, *, out=None, tmp=
     layout : MMLayout
     log_pi : Tensor, shape (K,)
     log_theta : Tensor, shape (K, V)
-    out, tmp : Tensor, shape (K, N), optional
+    out : Tensor, shape (K, N), optional
+    tmp : Tensor, shape (N,), optional
         Work buffers reused across iterations (avoids re-allocating and
-        page-faulting two (K, N) arrays per E-step).
+        page-faulting them at every E-step).
 
     Returns
     -------
@@ -213,11 +214,12 @@ def log_likelihood_matrix(layout: MMLayout, log_pi, log_theta, *, out=None, tmp=
         tab = _group_table(layout, log_theta, cols)
         if g == 0:
             torch.index_select(tab, 1, layout.codes[g], out=out)
-        else:
-            if tmp is None:
-                tmp = log_theta.new_empty(K, N)
-            torch.index_select(tab, 1, layout.codes[g], out=tmp)
-            out += tmp
+            continue
+        if tmp is None:
+            tmp = log_theta.new_empty(N)
+        for k in range(K):  # one row at a time: the scratch buffer is (N,), not (K, N)
+            torch.index_select(tab[k], 0, layout.codes[g], out=tmp)
+            out[k] += tmp
     out += log_pi[:, None]
     return out
 
@@ -227,8 +229,8 @@ def e_step(layout: MMLayout, log_pi, log_theta, *, work=None):
 
     Parameters
     ----------
-    work : tuple of two Tensors of shape (K, N), optional
-        Work buffers for :func:`log_likelihood_matrix`.
+    work : tuple of Tensors of shapes (K, N) and (N,), optional
+        Work buffers ``(out, tmp)`` for :func:`log_likelihood_matrix`.
 
     Returns
     -------
@@ -391,7 +393,7 @@ def run_em(
     converged = False
     n_iter = 0
     K, N = log_theta.shape[0], layout.n_samples
-    work = (log_theta.new_empty(K, N), log_theta.new_empty(K, N))
+    work = (log_theta.new_empty(K, N), log_theta.new_empty(N))
     resp, ll = e_step(layout, log_pi, log_theta, work=work)
     F = ll + log_prior(log_pi, log_theta, layout.n_labels, **prior)
     history.append(F)
