@@ -250,8 +250,9 @@ def e_step(layout: MMLayout, log_pi, log_theta, *, work=None):
     L = log_likelihood_matrix(layout, log_pi, log_theta, out=out, tmp=tmp)
     mx = L.amax(dim=0)
     resp = torch.softmax(L, dim=0)
-    row = mx.to(torch.float64) - resp.amax(dim=0).to(torch.float64).log()
-    return resp, float(row.sum())
+    rmax = resp.amax(dim=0).log_()
+    mx -= rmax  # per-row log-likelihood, in place
+    return resp, float(mx.sum(dtype=torch.float64))
 
 
 def label_counts(layout: MMLayout, resp) -> torch.Tensor:
