@@ -292,8 +292,8 @@ def test_perplexity_exact_and_at_least_one():
         ppl = m.perplexity(part)
         assert ppl == pytest.approx(np.exp(-total / n_obs), rel=1e-10)
         assert 1.0 <= ppl < np.inf
-    assert m.perplexity(m.ensemble_) == pytest.approx(np.exp(-m.log_likelihood_ / 400 / 8 / 0.8),
-                                                      rel=0.05)
+    expected = np.exp(-m.log_likelihood_ / m.ensemble_.n_observed)
+    assert m.perplexity(m.ensemble_) == pytest.approx(expected, rel=1e-12)
     assert m.score(X[400:]) == pytest.approx(-np.log(m.perplexity(X[400:])), rel=1e-12)
 
 

@@ -121,13 +121,14 @@ def model(
             thetas.append(pyro.sample(f"theta_{j}", dist.Dirichlet(conc)))
     with pyro.plate("rows", N, dim=-1, subsample_size=subsample_size, device=device) as ind:
         z = pyro.sample("z", dist.Categorical(pi), infer={"enumerate": "parallel"})
+        batch = None if codes is None else codes.index_select(0, ind)  # (B, M)
         xs = []
         for j in range(len(n_labels)):
             probs = thetas[j][z]  # (..., N, k_j) or (K, 1, k_j) when enumerated
-            if codes is None:
+            if batch is None:
                 xs.append(pyro.sample(f"x_{j}", dist.Categorical(probs)))
                 continue
-            obs = codes.index_select(0, ind)[:, j]
+            obs = batch[:, j]
             with poutine.mask(mask=obs >= 0):
                 pyro.sample(f"x_{j}", dist.Categorical(probs), obs=obs.clamp(min=0))
             xs.append(obs)
