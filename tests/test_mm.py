@@ -413,3 +413,25 @@ def test_paper_table1_example():
     first = m.labels_[0]
     np.testing.assert_array_equal(m.labels_ == first, np.arange(12) < 6)
     np.testing.assert_allclose(m.membership_[:, first], table_ez1, atol=0.02)
+
+
+def test_pyro_model_minibatch_log_joint_is_unbiased(rng):
+    """With ``subsample_size`` the rows plate rescales the minibatch: E[estimate] = log joint."""
+    ens = Ensemble.from_labels(random_incomplete_labels(rng, n=24, m=3, k=(2, 3), missing=0.2))
+    K, a, b = 2, 1.3, 1.0
+    layout = mm_em.prepare(ens.codes, ens.n_labels)
+    log_pi, log_theta = mm_em.init_params(layout, K, generator=torch.Generator().manual_seed(2))
+    kw = _model_kwargs(ens, K, a, b)
+    codes = torch.from_numpy(ens.codes)
+    full, _ = mm_model.log_joint(codes, log_pi.exp(), _theta_list(layout, log_theta), **kw)
+    est = np.array(
+        [
+            mm_model.log_joint(
+                codes, log_pi.exp(), _theta_list(layout, log_theta), subsample_size=6, **kw
+            )[0]
+            for _ in range(150)
+        ]
+    )
+    se = est.std(ddof=1) / np.sqrt(est.size)
+    assert est.std() > 0  # minibatches differ
+    assert abs(est.mean() - full) < 4 * se
