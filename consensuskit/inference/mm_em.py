@@ -213,6 +213,7 @@ def log_likelihood_matrix(layout: MMLayout, log_pi, log_theta, *, out=None, tmp=
     for g, cols in enumerate(layout.groups):
         tab = _group_table(layout, log_theta, cols)
         if g == 0:
+            tab = tab + log_pi[:, None]  # fold log pi into the first (small) table
             torch.index_select(tab, 1, layout.codes[g], out=out)
             continue
         if tmp is None:
@@ -220,7 +221,6 @@ def log_likelihood_matrix(layout: MMLayout, log_pi, log_theta, *, out=None, tmp=
         for k in range(K):  # one row at a time: the scratch buffer is (N,), not (K, N)
             torch.index_select(tab[k], 0, layout.codes[g], out=tmp)
             out[k] += tmp
-    out += log_pi[:, None]
     return out
 
 
@@ -255,14 +255,22 @@ def e_step(layout: MMLayout, log_pi, log_theta, *, work=None):
     return resp, float(mx.sum(dtype=torch.float64))
 
 
-def label_counts(layout: MMLayout, resp) -> torch.Tensor:
-    """``C_jk(r) = sum_{i: x_ij = r} E[z_ik]`` on the global vocabulary, shape (K, V)."""
+def label_counts(layout: MMLayout, resp, *, return_totals=False):
+    """``C_jk(r) = sum_{i: x_ij = r} E[z_ik]`` on the global vocabulary, shape (K, V).
+
+    With ``return_totals`` also ``N_k = sum_i E[z_ik]`` (K,), read off the
+    first group's joint table (whose slots cover every row) instead of a
+    separate pass over ``resp``.
+    """
     K = resp.shape[0]
     C = resp.new_zeros(K, layout.n_total_labels)
+    Nk = None
     for g, cols in enumerate(layout.groups):
         shape = [layout.slots(j) for j in cols]
         tab = resp.new_zeros(K, math.prod(shape))
         tab.index_add_(1, layout.codes[g], resp)
+        if g == 0:
+            Nk = tab.sum(dim=1)
         tab = tab.reshape(K, *shape)
         for pos, j in enumerate(cols):
             other = [d + 1 for d in range(len(cols)) if d != pos]
@@ -270,7 +278,7 @@ def label_counts(layout: MMLayout, resp) -> torch.Tensor:
             if layout.has_missing[j]:
                 marg = marg[:, 1:]
             C[:, layout.offsets[j] : layout.offsets[j + 1]] = marg
-    return C
+    return (C, Nk) if return_totals else C
 
 
 def m_step(layout: MMLayout, resp, *, label_prior=1.0, weight_prior=1.0):
@@ -290,11 +298,11 @@ def m_step(layout: MMLayout, resp, *, label_prior=1.0, weight_prior=1.0):
     log_theta : Tensor, shape (K, V)
     """
     K = resp.shape[0]
-    Nk = resp.sum(dim=1)
+    C, Nk = label_counts(layout, resp, return_totals=True)
     pi = Nk + (weight_prior - 1.0)
     pi_tot = pi.sum()
     pi = pi / pi_tot if pi_tot > 0 else torch.full_like(pi, 1.0 / K)
-    C = label_counts(layout, resp) + (label_prior - 1.0)
+    C += label_prior - 1.0
     log_theta = torch.empty_like(C)
     for j in range(layout.n_partitions):
         sl = slice(layout.offsets[j], layout.offsets[j + 1])
