@@ -1,0 +1,472 @@
+"""Collapsed Gibbs sampling for NBCE (paper section 5.1, eq. 5), compiled with numba.
+
+The sampler works on the collapsed space: mixing weights ``pi`` and cluster
+parameters ``theta*`` are integrated out (see
+:func:`consensuskit.models.nbce.collapsed_log_joint`) and only the indicators
+``z`` are sampled.  The conditional of ``z_i`` given the rest is
+
+    p(z_i = k | z_-i, x) ∝ p(z_i = k | z_-i) * prod_{j observed in row i}
+                            (beta + N^{-i}_{k, x_ij}) / (k_j beta + N^{-i}_{k j})
+
+where ``N_{kj}`` counts the points of cluster k that column j labels (with no
+missing labels it is the cluster size; the paper's eq. 5 writes a product over
+all ``j_m``, but only the observed label's factor depends on ``k`` — this is the
+correct Dirichlet-multinomial ratio) and
+
+    TSB:  p(z_i=k | z_-i) = (1 + N_k)/(1 + a0 + N_{>=k}) prod_{h<k} (a0 + N_{>h})/(1 + a0 + N_{>=h})
+          (for the last component k = T only the product: its stick is 1)
+    FSD:  p(z_i=k | z_-i) ∝ a0/T + N_k.
+
+Numerical safety and speed
+--------------------------
+The weights are computed in *rescaled linear space*: each factor
+``(beta + N_{k,x_ij}) / (k_j beta + N_{kj})`` and each prior factor is at most 1,
+so nothing overflows, and every 16 columns the running weights are divided by
+their maximum when it falls below 1e-100, so M can be in the thousands without
+underflow (tested at M = 1000 against the log-space collapsed joint).  The
+sampler keeps ``num[l, k] = beta + N_{kl}`` (global label l, contiguous over k)
+and ``invden[j, k] = 1/(k_j beta + N_{kj})``; moving one point changes ``2M``
+entries of each.  Per point this is ``M`` vectorisable multiply passes of
+length ``T``, no logarithm and no exponential.  Missing labels simply skip
+their column.
+
+Hyper-parameters
+----------------
+``alpha0`` and ``beta`` are either fixed or updated once per sweep by
+univariate slice sampling (stepping out, on the log scale) from their
+conditional given ``z``:  ``p(alpha0 | z) ∝ p(z | alpha0) Gamma(alpha0; a, b)``
+and ``p(beta | x, z) ∝ p(x | z, beta) Gamma(beta; a, b)``, with Gamma(shape=1,
+rate=1) priors by default (``hyper_prior``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from scipy.special import gammaln
+from sklearn.utils import check_random_state
+from tqdm.auto import tqdm
+
+from ..models.nbce import PRIORS, log_likelihood_collapsed, log_prior_partition
+
+__all__ = [
+    "GibbsState",
+    "gibbs_nbce",
+    "conditional_probs",
+    "co_clustering",
+    "point_consensus",
+]
+
+_PRIOR_CODE = {"tsb": 0, "fsd": 1}
+
+
+# ---------------------------------------------------------------------------
+# compiled kernels
+# ---------------------------------------------------------------------------
+@numba.njit(cache=True)
+def _seed(s):
+    np.random.seed(s)  # noqa: NPY002 - numba's own per-thread generator
+
+
+_TINY = 1e-100  # rescale the running weights when their maximum drops below this
+_BLOCK = 16  # columns between underflow checks
+
+
+@numba.njit(cache=True, fastmath=True)
+def _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w):
+    """Unnormalised p(z_n = k | z_-n, x) for all k into ``w`` (point n already removed).
+
+    Linear space with rescaling: every factor is <= 1, and every ``_BLOCK``
+    columns the weights are divided by their maximum if it fell below ``_TINY``,
+    so no weight that matters can underflow, for any number of columns.
+    """
+    K = w.shape[0]
+    M = idx.shape[1]
+    if prior == 0:  # TSB
+        ge = 0
+        for k in range(K):
+            ge += cnt[k]
+        acc = 1.0
+        for k in range(K - 1):
+            nk = cnt[k]
+            r = inv1a[ge]
+            w[k] = acc * (1.0 + nk) * r
+            acc *= (a0 + (ge - nk)) * r
+            ge -= nk
+        w[K - 1] = acc
+    else:  # FSD (the constant 1/(alpha0 + N - 1) is dropped)
+        for k in range(K):
+            w[k] = afsd + cnt[k]
+    for m0 in range(0, M, _BLOCK):
+        for m in range(m0, min(M, m0 + _BLOCK)):
+            l = idx[n, m]
+            if l >= 0:
+                nl = num[l]
+                iv = invden[m]
+                for k in range(K):
+                    w[k] *= nl[k] * iv[k]
+        if m0 + _BLOCK < M:
+            mx = 0.0
+            for k in range(K):
+                if w[k] > mx:
+                    mx = w[k]
+            if mx < _TINY:
+                s = 1.0 / mx
+                for k in range(K):
+                    w[k] *= s
+
+
+@numba.njit(cache=True)
+def _move(n, k, delta, idx, cnt, nlk, num, ckm, invden, beta, Jbeta):
+    """Add (delta=+1) or remove (delta=-1) point n to/from cluster k."""
+    M = idx.shape[1]
+    cnt[k] += delta
+    for m in range(M):
+        l = idx[n, m]
+        if l >= 0:
+            c = nlk[l, k] + delta
+            nlk[l, k] = c
+            num[l, k] = beta + c
+            cm = ckm[m, k] + delta
+            ckm[m, k] = cm
+            invden[m, k] = 1.0 / (Jbeta[m] + cm)
+
+
+@numba.njit(cache=True, fastmath=True)
+def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, prior, n_sweeps):
+    N = idx.shape[0]
+    K = cnt.shape[0]
+    w = np.empty(K)
+    for _ in range(n_sweeps):
+        for n in range(N):
+            _move(n, z[n], -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+            _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w)
+            tot = 0.0
+            for k in range(K):
+                tot += w[k]
+            u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded by _seed
+            knew = K - 1
+            acc = 0.0
+            for k in range(K):
+                acc += w[k]
+                if u < acc:
+                    knew = k
+                    break
+            z[n] = knew
+            _move(n, knew, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+
+
+# ---------------------------------------------------------------------------
+# state
+# ---------------------------------------------------------------------------
+class GibbsState:
+    """Sufficient statistics of one chain plus the tables the kernels read.
+
+    Attributes
+    ----------
+    z : int64 (N,)            indicators
+    cnt : int64 (T,)          N_k
+    nlk : int64 (L, T)        N_{k l}, global label l (offset index)
+    ckm : int64 (M, T)        N_{k j}: points of cluster k labelled by column j
+    num : float64 (L, T)      beta + N_{k l}
+    invden : float64 (M, T)   1 / (k_j beta + N_{k j})
+    """
+
+    def __init__(self, idx, n_labels, z, truncation, alpha0, beta, prior):
+        self.idx = np.ascontiguousarray(idx, dtype=np.int64)
+        self.n_labels = np.asarray(n_labels, dtype=np.int64)
+        self.T = int(truncation)
+        if prior not in PRIORS:
+            raise ValueError(f"prior must be 'tsb' or 'fsd'; got {prior!r}")
+        self.prior = prior
+        N, M = self.idx.shape
+        self.L = int(self.n_labels.sum())
+        self.col_of = np.repeat(np.arange(M), self.n_labels)
+        self.z = np.ascontiguousarray(z, dtype=np.int64).copy()
+        if self.z.shape != (N,) or self.z.min() < 0 or self.z.max() >= self.T:
+            raise ValueError(f"initial z must have shape ({N},) with values in [0, {self.T})")
+        self.cnt = np.bincount(self.z, minlength=self.T).astype(np.int64)
+        self.nlk = np.zeros((self.L, self.T), dtype=np.int64)
+        self.ckm = np.zeros((M, self.T), dtype=np.int64)
+        rows, cols = np.nonzero(self.idx >= 0)
+        np.add.at(self.nlk, (self.idx[rows, cols], self.z[rows]), 1)
+        np.add.at(self.ckm, (cols, self.z[rows]), 1)
+        self.set_hyper(alpha0, beta)
+
+    def set_hyper(self, alpha0, beta):
+        """Set alpha0 and beta and rebuild the derived tables."""
+        self.alpha0 = float(alpha0)
+        self.beta = float(beta)
+        N = self.idx.shape[0]
+        self.Jbeta = self.n_labels.astype(np.float64) * self.beta
+        self.num = self.beta + self.nlk.astype(np.float64)
+        self.invden = 1.0 / (self.Jbeta[:, None] + self.ckm)
+        self.inv1a = 1.0 / (1.0 + self.alpha0 + np.arange(N + 1, dtype=np.float64))
+        self.afsd = self.alpha0 / self.T
+
+    @property
+    def prior_code(self):
+        return _PRIOR_CODE[self.prior]
+
+    def _move_args(self):
+        return (self.idx, self.cnt, self.nlk, self.num, self.ckm, self.invden, self.beta,
+                self.Jbeta)
+
+    def sweep(self, n_sweeps=1):
+        """Run ``n_sweeps`` systematic-scan sweeps over all points (compiled)."""
+        _sweeps(
+            self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden, self.beta,
+            self.Jbeta, self.inv1a, self.alpha0, self.afsd, self.prior_code, int(n_sweeps),
+        )
+
+    def log_prior(self, alpha0=None):
+        a0 = self.alpha0 if alpha0 is None else alpha0
+        return log_prior_partition(self.cnt, a0, self.prior)
+
+    def log_lik(self, beta=None):
+        b = self.beta if beta is None else beta
+        return log_likelihood_collapsed(self.nlk.T, self.col_of, self.n_labels, b)
+
+    def log_joint(self):
+        """Collapsed log p(x, z | alpha0, beta) of the current state."""
+        return self.log_prior() + self.log_lik()
+
+
+def conditional_probs(state: GibbsState, n: int) -> np.ndarray:
+    """The sampler's conditional p(z_n = k | z_-n, x), shape (T,), via the compiled kernel.
+
+    Leaves ``state`` unchanged.  Used to test the kernel against brute force.
+    """
+    k = int(state.z[n])
+    _move(n, k, -1, *state._move_args())
+    w = np.empty(state.T)
+    _weights(n, state.idx, state.cnt, state.num, state.invden, state.inv1a, state.alpha0,
+             state.afsd, state.prior_code, w)
+    _move(n, k, 1, *state._move_args())
+    return w / w.sum()
+
+
+# ---------------------------------------------------------------------------
+# hyper-parameter updates
+# ---------------------------------------------------------------------------
+def _slice_log(logf, x0, rng, width=1.0, max_steps=20):
+    """One univariate slice-sampling update of ``x`` > 0 on the log scale.
+
+    ``logf(x)`` is the log density of x; the sampled variable is u = log x, whose
+    density is ``logf(e^u) + u`` (Jacobian).
+    """
+    def g(u):
+        return logf(math.exp(u)) + u
+
+    u0 = math.log(x0)
+    gy = g(u0) + math.log(rng.random_sample())
+    lo = u0 - width * rng.random_sample()
+    hi = lo + width
+    for _ in range(max_steps):
+        if g(lo) <= gy:
+            break
+        lo -= width
+    for _ in range(max_steps):
+        if g(hi) <= gy:
+            break
+        hi += width
+    for _ in range(100):
+        u = lo + (hi - lo) * rng.random_sample()
+        if g(u) > gy:
+            return math.exp(u)
+        if u < u0:
+            lo = u
+        else:
+            hi = u
+    return x0  # pragma: no cover - shrinkage always ends in practice
+
+
+def _log_gamma_pdf(x, shape, rate):
+    return shape * math.log(rate) - gammaln(shape) + (shape - 1) * math.log(x) - rate * x
+
+
+def update_hyper(state: GibbsState, rng, hyper_prior=((1.0, 1.0), (1.0, 1.0))):
+    """Slice-sample alpha0 | z and beta | x, z (Gamma priors), then refresh the tables."""
+    (aa, ab), (ba, bb) = hyper_prior
+    a0 = _slice_log(lambda a: state.log_prior(a) + _log_gamma_pdf(a, aa, ab), state.alpha0, rng)
+    b = _slice_log(lambda b: state.log_lik(b) + _log_gamma_pdf(b, ba, bb), state.beta, rng)
+    state.set_hyper(a0, b)
+
+
+# ---------------------------------------------------------------------------
+# driver
+# ---------------------------------------------------------------------------
+def gibbs_nbce(
+    idx,
+    n_labels,
+    truncation,
+    *,
+    prior="tsb",
+    alpha0=1.0,
+    beta=0.5,
+    update_hyperparameters=True,
+    hyper_prior=((1.0, 1.0), (1.0, 1.0)),
+    n_samples=200,
+    burn_in=100,
+    thin=1,
+    n_chains=2,
+    init=None,
+    random_state=None,
+    store_z=True,
+    verbose=False,
+):
+    """Run ``n_chains`` collapsed Gibbs chains for NBCE.
+
+    Parameters
+    ----------
+    idx : int array, shape (N, M)
+        Global label index (:meth:`Ensemble.offset_index`), ``-1`` missing.
+    n_labels : int array, shape (M,)
+        ``k_j``.
+    truncation : int
+        T, the number of components.
+    prior : {"tsb", "fsd"}
+    alpha0, beta : float
+        Fixed values, or starting values when ``update_hyperparameters``.
+    update_hyperparameters : bool
+        Slice-sample alpha0 and beta once per sweep (see module docstring).
+    n_samples, burn_in, thin : int
+        Per chain: ``burn_in`` discarded sweeps, then ``n_samples`` retained draws,
+        one every ``thin`` sweeps.
+    n_chains : int
+    init : None or int array (N,) or (n_chains, N)
+        Initial indicators; default uniform at random over the T components.
+    random_state : None, int or RandomState
+    store_z : bool
+        Keep the retained indicator vectors (needed for co-clustering and the
+        point consensus).
+
+    Returns
+    -------
+    dict with arrays over (chain, draw):
+        ``z`` (C, S, N) int32 (if store_z), ``counts`` (C, S, T) int64,
+        ``label_counts`` (C, S, T, L) int32, ``col_counts`` (C, S, T, M) int32,
+        ``log_joint`` (C, S), ``n_occupied`` (C, S), ``alpha0`` (C, S), ``beta`` (C, S);
+        and ``prior``, ``truncation``, ``n_labels``.
+    """
+    if prior not in PRIORS:
+        raise ValueError(f"prior must be 'tsb' or 'fsd'; got {prior!r}")
+    rng = check_random_state(random_state)
+    idx = np.ascontiguousarray(idx, dtype=np.int64)
+    N, M = idx.shape
+    T = int(truncation)
+    if T < 2:
+        raise ValueError(f"truncation must be >= 2; got {truncation}")
+    L = int(np.sum(n_labels))
+    C, S = int(n_chains), int(n_samples)
+    out = {
+        "counts": np.zeros((C, S, T), dtype=np.int64),
+        "label_counts": np.zeros((C, S, T, L), dtype=np.int32),
+        "col_counts": np.zeros((C, S, T, M), dtype=np.int32),
+        "log_joint": np.zeros((C, S)),
+        "n_occupied": np.zeros((C, S), dtype=np.int64),
+        "alpha0": np.zeros((C, S)),
+        "beta": np.zeros((C, S)),
+    }
+    if store_z:
+        out["z"] = np.zeros((C, S, N), dtype=np.int32)
+    total = burn_in + S * thin
+    bar = tqdm(total=C * total, disable=not verbose, desc="NBCE Gibbs", unit="sweep")
+    for c in range(C):
+        if init is None:
+            z0 = rng.randint(0, T, size=N)
+        else:
+            z0 = np.asarray(init)
+            z0 = z0[c] if z0.ndim == 2 else z0
+        state = GibbsState(idx, n_labels, z0, T, alpha0, beta, prior)
+        _seed(int(rng.randint(0, 2**31 - 1)))
+        s = 0
+        for it in range(total):
+            state.sweep(1)
+            if update_hyperparameters:
+                update_hyper(state, rng, hyper_prior)
+            bar.update(1)
+            if it >= burn_in and (it - burn_in + 1) % thin == 0:
+                out["counts"][c, s] = state.cnt
+                out["label_counts"][c, s] = state.nlk.T
+                out["col_counts"][c, s] = state.ckm.T
+                out["log_joint"][c, s] = state.log_joint()
+                out["n_occupied"][c, s] = np.count_nonzero(state.cnt)
+                out["alpha0"][c, s] = state.alpha0
+                out["beta"][c, s] = state.beta
+                if store_z:
+                    out["z"][c, s] = state.z
+                s += 1
+    bar.close()
+    out.update(prior=prior, truncation=T, n_labels=np.asarray(n_labels, dtype=np.int64))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# posterior summaries
+# ---------------------------------------------------------------------------
+def _pairs_for(N, max_pairs, rng):
+    from ..data import sample_pairs
+
+    total = N * (N - 1) // 2
+    if total <= max_pairs:
+        i, j = np.triu_indices(N, k=1)
+        return np.stack([i, j], axis=1)
+    return sample_pairs(N, max_pairs, rng)
+
+
+def co_clustering(z_draws, pairs=None):
+    """Posterior co-clustering probabilities P(z_i = z_j | x).
+
+    Parameters
+    ----------
+    z_draws : int array, shape (S, N)
+        Retained draws (all chains stacked).
+    pairs : None or int array (P, 2)
+        None: the dense (N, N) matrix (only sensible for small N); otherwise the
+        probabilities of these pairs only, shape (P,), in O(S P) time.
+    """
+    Z = np.asarray(z_draws)
+    S, N = Z.shape
+    if pairs is None:
+        if N > 20_000:
+            raise ValueError(f"dense co-clustering for N={N} is too large; pass pairs=")
+        P = np.zeros((N, N))
+        for s in range(S):
+            P += Z[s][:, None] == Z[s][None, :]
+        return P / S
+    pairs = np.asarray(pairs)
+    return (Z[:, pairs[:, 0]] == Z[:, pairs[:, 1]]).mean(axis=0)
+
+
+def point_consensus(z_draws, max_pairs=200_000, random_state=None):
+    """Label-switching-free point estimate: the retained draw closest to the posterior
+    co-clustering matrix in squared loss (Dahl's least-squares clustering).
+
+    For ``N(N-1)/2 > max_pairs`` the loss is evaluated on ``max_pairs`` sampled pairs.
+
+    Returns
+    -------
+    labels : int64 (N,), relabelled to 0..K-1 by decreasing cluster size
+    best : int, index of the chosen draw in ``z_draws``
+    """
+    Z = np.asarray(z_draws)
+    S, N = Z.shape
+    rng = check_random_state(random_state)
+    pairs = _pairs_for(N, max_pairs, rng)
+    same = Z[:, pairs[:, 0]] == Z[:, pairs[:, 1]]  # (S, P)
+    p = same.mean(axis=0)
+    loss = ((same - p[None, :]) ** 2).sum(axis=1)
+    best = int(np.argmin(loss))
+    return relabel_by_size(Z[best]), best
+
+
+def relabel_by_size(z):
+    """Relabel a partition to 0..K-1 with cluster 0 the largest."""
+    uniq, inv, cnt = np.unique(z, return_inverse=True, return_counts=True)
+    order = np.argsort(-cnt, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return rank[inv].astype(np.int64)
