@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 from scipy.optimize import linear_sum_assignment
 from scipy.special import logsumexp
 from sklearn.utils import check_random_state

@@ -49,7 +49,7 @@ from scipy.special import gammaln
 from sklearn.utils import check_random_state
 from tqdm.auto import tqdm
 
-from ..models.nbce import PRIORS, log_likelihood_collapsed, log_prior_partition
+from ..models.nbce import PRIORS, log_prior_partition
 
 __all__ = [
     "GibbsState",
@@ -158,6 +158,63 @@ def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, pr
             _move(n, knew, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
 
 
+@numba.njit(cache=True)
+def _tsb_stick_pair(nk, nk1, rest, a0, last):
+    """log-prior terms of sticks k and k+1 given N_k, N_{k+1}, N_{>k+1}."""
+    v = (math.lgamma(1.0 + nk) + math.lgamma(a0 + nk1 + rest)
+         - math.lgamma(1.0 + a0 + nk + nk1 + rest))
+    if not last:
+        v += math.lgamma(1.0 + nk1) + math.lgamma(a0 + rest) - math.lgamma(1.0 + a0 + nk1 + rest)
+    return v
+
+
+@numba.njit(cache=True)
+def _tsb_swaps(cnt, nlk, num, ckm, invden, a0, perm):
+    """Metropolis label swaps of adjacent components k <-> k+1 (TSB only).
+
+    The likelihood is invariant to relabelling; only p(z | alpha0) changes, so the
+    acceptance ratio needs only three counts.  ``perm`` (T,) accumulates the
+    relabelling old -> new to apply to z afterwards.
+    """
+    K = cnt.shape[0]
+    rest = 0
+    for k in range(K):
+        rest += cnt[k]
+    inv = np.empty(K, dtype=np.int64)
+    for k in range(K):
+        inv[perm[k]] = k
+    for k in range(K - 1):
+        rest -= cnt[k]
+        r = rest - cnt[k + 1]  # N_{>k+1}
+        a, b = cnt[k], cnt[k + 1]
+        if a == b:
+            continue
+        last = k + 1 == K - 1
+        d = _tsb_stick_pair(b, a, r, a0, last) - _tsb_stick_pair(a, b, r, a0, last)
+        if d >= 0.0 or np.random.random() < math.exp(d):  # noqa: NPY002 - numba RNG
+            cnt[k], cnt[k + 1] = b, a
+            for l in range(nlk.shape[0]):
+                t = nlk[l, k]
+                nlk[l, k] = nlk[l, k + 1]
+                nlk[l, k + 1] = t
+                u = num[l, k]
+                num[l, k] = num[l, k + 1]
+                num[l, k + 1] = u
+            for m in range(ckm.shape[0]):
+                t = ckm[m, k]
+                ckm[m, k] = ckm[m, k + 1]
+                ckm[m, k + 1] = t
+                u = invden[m, k]
+                invden[m, k] = invden[m, k + 1]
+                invden[m, k + 1] = u
+            # the components now at slots k, k+1 came from old slots inv[k+1], inv[k]
+            o1, o2 = inv[k], inv[k + 1]
+            inv[k], inv[k + 1] = o2, o1
+            perm[o2] = k
+            perm[o1] = k + 1
+        rest = cnt[k + 1] + r  # N_{>k} after a possible swap
+
+
 # ---------------------------------------------------------------------------
 # state
 # ---------------------------------------------------------------------------
@@ -221,13 +278,31 @@ class GibbsState:
             self.Jbeta, self.inv1a, self.alpha0, self.afsd, self.prior_code, int(n_sweeps),
         )
 
+    def label_swaps(self):
+        """One pass of adjacent label-swap Metropolis moves (TSB; no-op for FSD).
+
+        TSB is not exchangeable, so the order of the components matters and plain
+        single-site Gibbs changes it only slowly; these moves keep the posterior
+        invariant and let large clusters move to the front.
+        """
+        if self.prior != "tsb":
+            return
+        perm = np.arange(self.T, dtype=np.int64)
+        _tsb_swaps(self.cnt, self.nlk, self.num, self.ckm, self.invden, self.alpha0, perm)
+        self.z = perm[self.z]
+
     def log_prior(self, alpha0=None):
         a0 = self.alpha0 if alpha0 is None else alpha0
         return log_prior_partition(self.cnt, a0, self.prior)
 
     def log_lik(self, beta=None):
         b = self.beta if beta is None else beta
-        return log_likelihood_collapsed(self.nlk.T, self.col_of, self.n_labels, b)
+        # same value as models.nbce.log_likelihood_collapsed, from the kept N_kj
+        Jb = self.n_labels[:, None] * b
+        nz = self.nlk[self.nlk > 0]
+        return float(
+            np.sum(gammaln(Jb) - gammaln(Jb + self.ckm)) + np.sum(gammaln(b + nz) - gammaln(b))
+        )
 
     def log_joint(self):
         """Collapsed log p(x, z | alpha0, beta) of the current state."""
@@ -385,6 +460,7 @@ def gibbs_nbce(
         s = 0
         for it in range(total):
             state.sweep(1)
+            state.label_swaps()
             if update_hyperparameters:
                 update_hyper(state, rng, hyper_prior)
             bar.update(1)

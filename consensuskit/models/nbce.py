@@ -124,7 +124,7 @@ def model(
     if prior == "tsb":
         with pyro.plate("sticks", T - 1, dim=-1):
             v = pyro.sample("v", dist.Beta(torch.ones((), dtype=dtype), a0))
-        pi = stick_breaking(v)
+        pi = stick_breaking(v).unsqueeze(-2)  # (..., 1, T): broadcasts over the data plate
     else:
         pi = pyro.sample("pi", dist.Dirichlet((a0 / T).expand(T)))
     thetas = []
@@ -137,7 +137,8 @@ def model(
     with pyro.plate("data", N, dim=-1):
         z = pyro.sample("z", dist.Categorical(pi), infer={"enumerate": "parallel"})
         for j in range(M):
-            probs = Vindex(thetas[j])[..., z, :]
+            # theta_j (..., T, k_j) -> (..., 1, T, k_j) so its batch dims broadcast with z's
+            probs = Vindex(thetas[j].unsqueeze(-3))[..., z, :]
             with poutine.mask(mask=mask[:, j]):
                 pyro.sample(f"x_{j}", dist.Categorical(probs), obs=safe[:, j])
 
