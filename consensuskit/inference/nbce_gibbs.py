@@ -26,9 +26,11 @@ their maximum when it falls below 1e-100, so M can be in the thousands without
 underflow (tested at M = 1000 against the log-space collapsed joint).  The
 sampler keeps ``num[l, k] = beta + N_{kl}`` (global label l, contiguous over k)
 and ``invden[j, k] = 1/(k_j beta + N_{kj})``; moving one point changes ``2M``
-entries of each.  Per point this is ``M`` vectorisable multiply passes of
-length ``T``, no logarithm and no exponential.  Missing labels simply skip
-their column.
+entries of each.  Per point this is ``M`` multiply passes over the *occupied*
+components plus one empty representative (all empty components share the
+likelihood factor ``prod_j 1/k_j``), or over all ``T`` contiguously (vectorised)
+when at least half are occupied; no logarithm and no exponential.  Missing
+labels simply skip their column.
 
 Hyper-parameters
 ----------------
@@ -75,12 +77,15 @@ _BLOCK = 16  # columns between underflow checks
 
 
 @numba.njit(cache=True, fastmath=True)
-def _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w):
+def _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w, occ, lik):
     """Unnormalised p(z_n = k | z_-n, x) for all k into ``w`` (point n already removed).
 
     Linear space with rescaling: every factor is <= 1, and every ``_BLOCK``
-    columns the weights are divided by their maximum if it fell below ``_TINY``,
-    so no weight that matters can underflow, for any number of columns.
+    columns the likelihood factors are divided by their maximum if it fell below
+    ``_TINY``, so no weight that matters can underflow, for any number of columns.
+    The likelihood is computed only for the occupied components plus one empty
+    representative: all empty components share the same factor
+    ``prod_j beta / (k_j beta)``.  ``occ`` and ``lik`` are (T,) work buffers.
     """
     K = w.shape[0]
     M = idx.shape[1]
@@ -99,23 +104,66 @@ def _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w):
     else:  # FSD (the constant 1/(alpha0 + N - 1) is dropped)
         for k in range(K):
             w[k] = afsd + cnt[k]
+    n_occ = 0
+    rep = -1
+    for k in range(K):
+        if cnt[k] > 0:
+            occ[n_occ] = k
+            n_occ += 1
+        elif rep < 0:
+            rep = k
+    if 2 * n_occ >= K:  # dense path: contiguous over all components (vectorises)
+        for k in range(K):
+            lik[k] = 1.0
+        for m0 in range(0, M, _BLOCK):
+            for m in range(m0, min(M, m0 + _BLOCK)):
+                l = idx[n, m]
+                if l >= 0:
+                    nrow = num[l]
+                    irow = invden[m]
+                    for k in range(K):
+                        lik[k] *= nrow[k] * irow[k]
+            if m0 + _BLOCK < M:
+                mx = 0.0
+                for k in range(K):
+                    if lik[k] > mx:
+                        mx = lik[k]
+                if mx < _TINY:
+                    s = 1.0 / mx
+                    for k in range(K):
+                        lik[k] *= s
+        for k in range(K):
+            w[k] *= lik[k]
+        return
+    nl = n_occ
+    if rep >= 0:
+        occ[nl] = rep
+        nl += 1
+    for j in range(nl):
+        lik[j] = 1.0
     for m0 in range(0, M, _BLOCK):
         for m in range(m0, min(M, m0 + _BLOCK)):
             l = idx[n, m]
             if l >= 0:
-                nl = num[l]
-                iv = invden[m]
-                for k in range(K):
-                    w[k] *= nl[k] * iv[k]
+                for j in range(nl):
+                    k = occ[j]
+                    lik[j] *= num[l, k] * invden[m, k]
         if m0 + _BLOCK < M:
             mx = 0.0
-            for k in range(K):
-                if w[k] > mx:
-                    mx = w[k]
+            for j in range(nl):
+                if lik[j] > mx:
+                    mx = lik[j]
             if mx < _TINY:
                 s = 1.0 / mx
-                for k in range(K):
-                    w[k] *= s
+                for j in range(nl):
+                    lik[j] *= s
+    if rep >= 0:
+        e = lik[nl - 1]
+        for k in range(K):
+            if cnt[k] == 0:
+                w[k] *= e
+    for j in range(n_occ):
+        w[occ[j]] *= lik[j]
 
 
 @numba.njit(cache=True)
@@ -139,10 +187,12 @@ def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, pr
     N = idx.shape[0]
     K = cnt.shape[0]
     w = np.empty(K)
+    occ = np.empty(K, dtype=np.int64)
+    lik = np.empty(K)
     for _ in range(n_sweeps):
         for n in range(N):
             _move(n, z[n], -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
-            _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w)
+            _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w, occ, lik)
             tot = 0.0
             for k in range(K):
                 tot += w[k]
@@ -318,7 +368,8 @@ def conditional_probs(state: GibbsState, n: int) -> np.ndarray:
     _move(n, k, -1, *state._move_args())
     w = np.empty(state.T)
     _weights(n, state.idx, state.cnt, state.num, state.invden, state.inv1a, state.alpha0,
-             state.afsd, state.prior_code, w)
+             state.afsd, state.prior_code, w, np.empty(state.T, dtype=np.int64),
+             np.empty(state.T))
     _move(n, k, 1, *state._move_args())
     return w / w.sum()
 
