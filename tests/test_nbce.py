@@ -491,3 +491,17 @@ def test_bad_parameters_raise(kwargs, err, split_data):
     tr, _, _ = split_data
     with pytest.raises(err):
         NBCE(**kwargs).fit(tr)
+
+
+@pytest.mark.parametrize("inference,prior", [("vb", "fsd"), ("cvb", "tsb")])
+def test_float32_variational_agrees_with_float64(inference, prior, split_data):
+    from sklearn.base import clone
+    from sklearn.metrics import adjusted_rand_score
+
+    tr, _, _ = split_data
+    m64 = NBCE(10, prior=prior, inference=inference, random_state=0, max_iter=100)
+    m32 = clone(m64).set_params(dtype=torch.float32)
+    m64.fit(tr)
+    m32.fit(tr)
+    assert adjusted_rand_score(m64.labels_, m32.labels_) > 0.9
+    assert m32.perplexity(tr) == pytest.approx(m64.perplexity(tr), rel=1e-2)

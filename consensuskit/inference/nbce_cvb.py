@@ -137,8 +137,9 @@ def cvb_nbce(
     J = torch.as_tensor(n_labels, device=device)
     Jb = J.to(dtype) * float(beta)
     if init_gamma is None:
-        e = -torch.log(torch.rand(N, T, generator=generator, dtype=dtype))
-        gamma = (e / e.sum(1, keepdim=True)).to(device)
+        # drawn in float64 so that float32 and float64 runs start from the same point
+        e = -torch.log(torch.rand(N, T, generator=generator, dtype=torch.float64))
+        gamma = (e / e.sum(1, keepdim=True)).to(device=device, dtype=dtype)
     else:
         gamma = torch.as_tensor(init_gamma, dtype=dtype, device=device).clone()
     Nk, Nkl, Nkm = cvb_expected_counts(X, Xt, O, gamma)

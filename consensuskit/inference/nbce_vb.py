@@ -157,8 +157,9 @@ def vb_nbce(
     J_t = torch.as_tensor(n_labels, device=device)
     Jf = n_labels.astype(np.float64)
     if init_gamma is None:  # uniform draws from the simplex (normalised exponentials)
-        e = -torch.log(torch.rand(N, T, generator=generator, dtype=dtype))
-        gamma = (e / e.sum(1, keepdim=True)).to(device)
+        # drawn in float64 so that float32 and float64 runs start from the same point
+        e = -torch.log(torch.rand(N, T, generator=generator, dtype=torch.float64))
+        gamma = (e / e.sum(1, keepdim=True)).to(device=device, dtype=dtype)
     else:
         gamma = torch.as_tensor(init_gamma, dtype=dtype, device=device)
     a0, b = float(alpha0), float(beta)
