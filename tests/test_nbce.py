@@ -505,3 +505,29 @@ def test_float32_variational_agrees_with_float64(inference, prior, split_data):
     m32.fit(tr)
     assert adjusted_rand_score(m64.labels_, m32.labels_) > 0.9
     assert m32.perplexity(tr) == pytest.approx(m64.perplexity(tr), rel=1e-2)
+
+
+def test_gibbs_row_loglik_occupied_shortcut_equals_full_sum(split_data):
+    """Scoring the empty components once with their summed weight gives the same
+    row log-likelihood as the plain sum over all T components."""
+    from scipy.special import logsumexp
+
+    from consensuskit.estimators.nbce import _component_loglik, predictive_parameters
+
+    tr, te, _ = split_data
+    m = NBCE(30, n_samples=5, burn_in=5, n_chains=1, random_state=0).fit(tr)
+    idx = m.ensemble_.encode(te, unknown="missing").offset_index()
+    o = m.samples_
+    for s in range(5):
+        assert np.any(o["counts"][0, s] == 0)
+        lp, lt = predictive_parameters(o["counts"][0, s], o["label_counts"][0, s],
+                                       o["col_counts"][0, s], o["alpha0"][0, s],
+                                       o["beta"][0, s], o["n_labels"], o["prior"])
+        full = logsumexp(lp[None, :] + _component_loglik(idx, lt), axis=1)
+        np.testing.assert_allclose(m._draw_loglik(s, idx)[2], full, rtol=1e-12)
+        # and the posterior-mean parameters are normalised
+        np.testing.assert_allclose(np.exp(lp).sum(), 1.0)
+        col_of = np.repeat(np.arange(m.ensemble_.n_partitions), m.ensemble_.n_labels)
+        sums = np.zeros((30, m.ensemble_.n_partitions))
+        np.add.at(sums.T, col_of, np.exp(lt).T)
+        np.testing.assert_allclose(sums, 1.0)

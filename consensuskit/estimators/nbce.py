@@ -230,15 +230,17 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         K = self.n_clusters_
         maps = np.full((C * S, T), -1, dtype=np.int64)
         member = np.zeros((ens.n_samples, K))
+        rows = np.arange(ens.n_samples)
         for s in range(C * S):
-            cont = np.zeros((T, K))
-            np.add.at(cont, (Z[s], labels), 1.0)
+            cont = np.bincount(Z[s] * K + labels, minlength=T * K).reshape(T, K)
             r, c = linear_sum_assignment(-cont)
             keep = cont[r, c] > 0
             maps[s, r[keep]] = c[keep]
             mz = maps[s, Z[s]]
             ok = mz >= 0
-            member[np.flatnonzero(ok), mz[ok]] += 1.0
+            member += np.bincount(rows[ok] * K + mz[ok], minlength=member.size).reshape(
+                member.shape
+            )
         tot = member.sum(1, keepdims=True)
         empty = tot[:, 0] == 0
         member[empty, labels[empty]] = 1.0
@@ -314,22 +316,35 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         Z = self.samples_["z"].reshape(-1, self.samples_["z"].shape[-1])
         return co_clustering(Z, pairs)
 
-    def _draw_params(self, s):
+    def _draw_loglik(self, s, idx):
+        """Draw s (chains stacked): log pi_k + log p(x_i | theta_k) for its occupied
+        components, (n, K_occ), their indices, and the row log-likelihood (n,)
+        including the empty components (which share theta_kl = 1/k_j, so they are
+        scored once with their summed weight)."""
         o = self.samples_
         C, S = o["log_joint"].shape
         c, d = divmod(s, S)
-        return predictive_parameters(
-            o["counts"][c, d], o["label_counts"][c, d], o["col_counts"][c, d],
+        Nk = o["counts"][c, d]
+        lp, lt = predictive_parameters(
+            Nk, o["label_counts"][c, d], o["col_counts"][c, d],
             o["alpha0"][c, d], o["beta"][c, d], o["n_labels"], o["prior"],
         )
+        occ = np.flatnonzero(Nk > 0)
+        empty = np.flatnonzero(Nk == 0)
+        lj = lp[occ][None, :] + _component_loglik(idx, lt[occ])
+        if empty.size:
+            le = logsumexp(lp[empty]) + _component_loglik(idx, lt[empty[:1]])[:, 0]
+            total = np.logaddexp(logsumexp(lj, axis=1), le)
+        else:
+            total = logsumexp(lj, axis=1)
+        return lj, occ, total
 
     def _row_logliks_gibbs(self, idx):
         """(S, n) log p(x_i | draw s's posterior-mean parameters)."""
         C, S = self.samples_["log_joint"].shape
         out = np.empty((C * S, idx.shape[0]))
         for s in range(C * S):
-            lp, lt = self._draw_params(s)
-            out[s] = logsumexp(lp[None, :] + _component_loglik(idx, lt), axis=1)
+            out[s] = self._draw_loglik(s, idx)[2]
         return out
 
     def _log_likelihood(self, ensemble: Ensemble):
@@ -382,10 +397,9 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         C, S = self.samples_["log_joint"].shape
         P = np.zeros((n, K))
         for s in range(C * S):
-            lp, lt = self._draw_params(s)
-            lj = lp[None, :] + _component_loglik(idx, lt)
-            r = np.exp(lj - logsumexp(lj, axis=1, keepdims=True))
-            mp = self._draw_maps[s]
+            lj, occ, total = self._draw_loglik(s, idx)
+            r = np.exp(lj - total[:, None])  # responsibilities of the occupied components
+            mp = self._draw_maps[s][occ]
             ok = np.flatnonzero(mp >= 0)
             np.add.at(P.T, mp[ok], r[:, ok].T)
         tot = P.sum(1, keepdims=True)
