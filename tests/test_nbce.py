@@ -15,10 +15,13 @@ from consensuskit.estimators.nbce import NBCE
 from consensuskit.inference.nbce_cvb import cvb_approx_bound, cvb_expected_counts, cvb_nbce
 from consensuskit.inference.nbce_gibbs import (
     GibbsState,
+    _seed,
     _tsb_stick_pair,
     conditional_probs,
+    conditional_probs_compact,
     gibbs_nbce,
     point_consensus,
+    sample_conditional,
 )
 from consensuskit.inference.nbce_vb import onehot_tensor, vb_bound, vb_nbce
 from consensuskit.models.nbce import (
@@ -111,6 +114,30 @@ def test_gibbs_conditional_safe_for_1000_columns(prior, rng):
         q = _brute_conditional(ens, z, n, T, 1.0, 0.05, prior)
         assert np.all(np.isfinite(p))
         np.testing.assert_allclose(p, q, rtol=1e-8, atol=1e-300)
+
+
+@pytest.mark.parametrize("prior", PRIORS)
+def test_compact_kernel_equals_bruteforce_and_samples_it(prior, rng):
+    """The compact path (few occupied components, empty ones scored once, TSB tail
+    sampled as a truncated geometric) gives the brute-force conditional, and its
+    sampler draws from it (chi-square on 100k draws per point)."""
+    ens = _tiny(rng)
+    T = 12
+    z = np.array([0, 0, 3, 3, 5, 1, 1])
+    st = GibbsState(ens.offset_index(), ens.n_labels, z, T, 0.7, 0.4, prior)
+    _seed(7)
+    for n in range(ens.n_samples):
+        q = _brute_conditional(ens, z, n, T, 0.7, 0.4, prior)
+        np.testing.assert_allclose(conditional_probs_compact(st, n), q, rtol=1e-10,
+                                   atol=1e-14)
+        draws = sample_conditional(st, n, 100_000)
+        f = np.bincount(draws, minlength=T)
+        keep = q * draws.size > 5
+        exp = q[keep] * draws.size
+        obs = f[keep]
+        chi2 = np.sum((obs - exp) ** 2 / exp) + 0.0
+        assert f[~keep].sum() <= max(30, 3 * q[~keep].sum() * draws.size)
+        assert stats.chi2.sf(chi2, keep.sum() - 1) > 1e-3
 
 
 def test_tsb_label_swap_acceptance_is_prior_ratio(rng):

@@ -26,11 +26,15 @@ their maximum when it falls below 1e-100, so M can be in the thousands without
 underflow (tested at M = 1000 against the log-space collapsed joint).  The
 sampler keeps ``num[l, k] = beta + N_{kl}`` (global label l, contiguous over k)
 and ``invden[j, k] = 1/(k_j beta + N_{kj})``; moving one point changes ``2M``
-entries of each.  Per point this is ``M`` multiply passes over the *occupied*
-components plus one empty representative (all empty components share the
-likelihood factor ``prod_j 1/k_j``), or over all ``T`` contiguously (vectorised)
-when at least half are occupied; no logarithm and no exponential.  Missing
-labels simply skip their column.
+entries of each.  When at least half of the components are occupied, the
+weights of all ``T`` are computed contiguously (vectorised, :func:`_weights`).
+Otherwise the compact kernel (:func:`_compact`) does ``M`` multiply passes over
+the occupied components plus one empty representative (all empty components
+share the likelihood factor ``prod_j 1/k_j``); FSD's empty components then share
+one summed weight (a new cluster picks one uniformly), and TSB's empty
+components after the last occupied one have geometric prior weights, sampled
+exactly as a truncated geometric.  No logarithm and no exponential per point.
+Missing labels simply skip their column.
 
 Hyper-parameters
 ----------------
@@ -183,6 +187,133 @@ def _move(n, k, delta, idx, cnt, nlk, num, ckm, invden, beta, Jbeta):
 
 
 @numba.njit(cache=True, fastmath=True)
+def _compact(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w, occ, lik):
+    """Compact form of the conditional of z_n, for when few components are occupied.
+
+    Returns ``(ns, tail, last, n_empty)``: slot weights ``w[:ns]`` and the summed
+    weight ``tail`` of the remaining components.  TSB: slot s is component s for
+    s <= last (the last occupied component; interior empty components included)
+    and the tail holds the empty components after ``last``, whose prior weights
+    are geometric: component ``last+1+j`` has share ``(1-q) q^j`` of the tail and
+    the final component ``q^t`` (``q = alpha0/(1+alpha0)``, ``t = T-2-last``).
+    FSD: slots are the occupied components ``occ[:ns]``; the tail holds all empty
+    components, equally.  Empty components share the likelihood factor ``e``.
+    """
+    K = cnt.shape[0]
+    M = idx.shape[1]
+    n_occ = 0
+    rep = -1
+    last = -1
+    ge = 0
+    for k in range(K):
+        c = cnt[k]
+        ge += c
+        if c > 0:
+            occ[n_occ] = k
+            n_occ += 1
+            last = k
+        elif rep < 0:
+            rep = k
+    n_empty = K - n_occ
+    nl = n_occ
+    if rep >= 0:
+        occ[nl] = rep
+        nl += 1
+    for j in range(nl):
+        lik[j] = 1.0
+    for m0 in range(0, M, _BLOCK):
+        for m in range(m0, min(M, m0 + _BLOCK)):
+            l = idx[n, m]
+            if l >= 0:
+                for j in range(nl):
+                    k = occ[j]
+                    lik[j] *= num[l, k] * invden[m, k]
+        if m0 + _BLOCK < M:
+            mx = 0.0
+            for j in range(nl):
+                if lik[j] > mx:
+                    mx = lik[j]
+            if mx < _TINY:
+                sc = 1.0 / mx
+                for j in range(nl):
+                    lik[j] *= sc
+    e = lik[nl - 1] if rep >= 0 else 0.0
+    if prior == 1:  # FSD
+        for j in range(n_occ):
+            w[j] = (afsd + cnt[occ[j]]) * lik[j]
+        return n_occ, n_empty * afsd * e, last, n_empty
+    acc = 1.0
+    j = 0
+    for k in range(last + 1):
+        nk = cnt[k]
+        if k < K - 1:
+            r = inv1a[ge]
+            pk = acc * (1.0 + nk) * r
+            acc *= (a0 + (ge - nk)) * r
+            ge -= nk
+        else:
+            pk = acc
+        if nk > 0:
+            w[k] = pk * lik[j]
+            j += 1
+        else:
+            w[k] = pk * e
+    tail = acc * e if last < K - 1 else 0.0
+    return last + 1, tail, last, n_empty
+
+
+@numba.njit(cache=True)
+def _draw_compact(ns, tail, last, n_empty, w, occ, cnt, a0, inv1a, prior):
+    """Sample a component from the compact conditional of :func:`_compact`."""
+    K = cnt.shape[0]
+    tot = tail
+    for s in range(ns):
+        tot += w[s]
+    u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded by _seed
+    acc = 0.0
+    for s in range(ns):
+        acc += w[s]
+        if u < acc:
+            return s if prior == 0 else occ[s]
+    if tail <= 0.0:  # rounding at the very end of the slots
+        return ns - 1 if prior == 0 else occ[ns - 1]
+    if prior == 0:
+        t = K - 2 - last
+        if t <= 0:
+            return K - 1
+        q = a0 * inv1a[0]
+        v = np.random.random()  # noqa: NPY002
+        if v <= 0.0 or q <= 0.0:
+            return last + 1 if q <= 0.0 else K - 1
+        jj = math.log(v) / math.log(q)
+        if jj >= t:
+            return K - 1
+        return last + 1 + int(jj)
+    m = int(np.random.random() * n_empty)  # noqa: NPY002
+    for k in range(K):
+        if cnt[k] == 0:
+            if m == 0:
+                return k
+            m -= 1
+    return K - 1  # pragma: no cover
+
+
+@numba.njit(cache=True)
+def _draw_many(n, n_draws, idx, cnt, num, invden, inv1a, a0, afsd, prior):
+    """Test helper: ``n_draws`` samples of z_n from the compact path (n removed)."""
+    K = cnt.shape[0]
+    w = np.empty(K)
+    occ = np.empty(K, dtype=np.int64)
+    lik = np.empty(K)
+    out = np.empty(n_draws, dtype=np.int64)
+    ns, tail, last, n_empty = _compact(n, idx, cnt, num, invden, inv1a, a0, afsd, prior,
+                                       w, occ, lik)
+    for i in range(n_draws):
+        out[i] = _draw_compact(ns, tail, last, n_empty, w, occ, cnt, a0, inv1a, prior)
+    return out
+
+
+@numba.njit(cache=True, fastmath=True)
 def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, prior, n_sweeps):
     N = idx.shape[0]
     K = cnt.shape[0]
@@ -192,18 +323,27 @@ def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, pr
     for _ in range(n_sweeps):
         for n in range(N):
             _move(n, z[n], -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
-            _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w, occ, lik)
-            tot = 0.0
+            n_occ = 0
             for k in range(K):
-                tot += w[k]
-            u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded by _seed
-            knew = K - 1
-            acc = 0.0
-            for k in range(K):
-                acc += w[k]
-                if u < acc:
-                    knew = k
-                    break
+                if cnt[k] > 0:
+                    n_occ += 1
+            if 2 * n_occ < K:
+                ns, tail, last, n_empty = _compact(n, idx, cnt, num, invden, inv1a, a0, afsd,
+                                                   prior, w, occ, lik)
+                knew = _draw_compact(ns, tail, last, n_empty, w, occ, cnt, a0, inv1a, prior)
+            else:
+                _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w, occ, lik)
+                tot = 0.0
+                for k in range(K):
+                    tot += w[k]
+                u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded by _seed
+                knew = K - 1
+                acc = 0.0
+                for k in range(K):
+                    acc += w[k]
+                    if u < acc:
+                        knew = k
+                        break
             z[n] = knew
             _move(n, knew, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
 
@@ -372,6 +512,42 @@ def conditional_probs(state: GibbsState, n: int) -> np.ndarray:
              np.empty(state.T))
     _move(n, k, 1, *state._move_args())
     return w / w.sum()
+
+
+def conditional_probs_compact(state: GibbsState, n: int) -> np.ndarray:
+    """The same conditional as :func:`conditional_probs`, computed by the compact
+    kernel the sweep uses when fewer than half of the components are occupied,
+    expanded back to shape (T,).  Leaves ``state`` unchanged."""
+    k0 = int(state.z[n])
+    _move(n, k0, -1, *state._move_args())
+    T = state.T
+    w, occ, lik = np.empty(T), np.empty(T, dtype=np.int64), np.empty(T)
+    ns, tail, last, n_empty = _compact(n, state.idx, state.cnt, state.num, state.invden,
+                                       state.inv1a, state.alpha0, state.afsd,
+                                       state.prior_code, w, occ, lik)
+    full = np.zeros(T)
+    if state.prior == "tsb":
+        full[:ns] = w[:ns]
+        if last < T - 1:
+            q = state.alpha0 / (1.0 + state.alpha0)
+            t = T - 2 - last
+            full[last + 1:T - 1] = tail * (1 - q) * q ** np.arange(t)
+            full[T - 1] = tail * q**t
+    else:
+        full[occ[:ns]] = w[:ns]
+        full[state.cnt == 0] = tail / n_empty
+    _move(n, k0, 1, *state._move_args())
+    return full / full.sum()
+
+
+def sample_conditional(state: GibbsState, n: int, n_draws: int) -> np.ndarray:
+    """``n_draws`` samples of z_n from the compact sampling path (for tests)."""
+    k0 = int(state.z[n])
+    _move(n, k0, -1, *state._move_args())
+    out = _draw_many(n, int(n_draws), state.idx, state.cnt, state.num, state.invden,
+                     state.inv1a, state.alpha0, state.afsd, state.prior_code)
+    _move(n, k0, 1, *state._move_args())
+    return out
 
 
 # ---------------------------------------------------------------------------
