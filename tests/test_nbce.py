@@ -558,3 +558,21 @@ def test_gibbs_row_loglik_occupied_shortcut_equals_full_sum(split_data):
         sums = np.zeros((30, m.ensemble_.n_partitions))
         np.add.at(sums.T, col_of, np.exp(lt).T)
         np.testing.assert_allclose(sums, 1.0)
+
+
+@pytest.mark.parametrize("prior", PRIORS)
+def test_pyro_guides_run_with_svi(prior, incomplete_labels):
+    """Both custom guides work with SVI + TraceEnum_ELBO on data with missing labels,
+    and a few Adam steps lower the loss."""
+    from consensuskit.models.nbce import guide_tsb
+
+    ens = Ensemble.from_labels(incomplete_labels)
+    guide = guide_fsd if prior == "fsd" else guide_tsb
+    args = (torch.as_tensor(ens.codes), ens.n_labels.tolist(), 4, 1.0, 0.5, prior)
+    pyro.clear_param_store()
+    svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 0.05}),
+                         pyro.infer.TraceEnum_ELBO(max_plate_nesting=1, num_particles=4,
+                                                   vectorize_particles=True))
+    losses = [svi.step(*args) for _ in range(30)]
+    assert np.all(np.isfinite(losses))
+    assert np.mean(losses[-5:]) < np.mean(losses[:5])
