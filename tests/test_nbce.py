@@ -486,6 +486,19 @@ def test_inference_data_has_chain_draw_and_summary(split_data):
     np.testing.assert_allclose(np.diag(P), 1.0)
 
 
+def test_counts_recomputed_from_z_match_stored(split_data):
+    """Without stored per-draw counts the estimator recomputes them from z: same
+    perplexity and predictions."""
+    tr, te, _ = split_data
+    a = NBCE(10, n_samples=8, burn_in=5, random_state=2).fit(tr)
+    b = NBCE(10, n_samples=8, burn_in=5, random_state=2).fit(tr)
+    for key in ("label_counts", "col_counts"):
+        del b.samples_[key]
+    assert b.perplexity(te, unknown="missing") == pytest.approx(
+        a.perplexity(te, unknown="missing"), rel=1e-12)
+    np.testing.assert_allclose(b.predict_proba(te), a.predict_proba(te))
+
+
 def test_point_consensus_picks_the_draw_matching_co_clustering():
     # three draws, two identical up to relabelling: the consensus is that partition
     Z = np.array([[0, 0, 1, 1, 2], [1, 1, 0, 0, 2], [0, 1, 0, 1, 0]])

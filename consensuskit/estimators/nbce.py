@@ -20,7 +20,13 @@ from ..base import (
 from ..data import Ensemble
 from ..inference.arviz_adapter import to_inference_data
 from ..inference.nbce_cvb import cvb_nbce
-from ..inference.nbce_gibbs import co_clustering, gibbs_nbce, point_consensus, relabel_by_size
+from ..inference.nbce_gibbs import (
+    co_clustering,
+    draw_counts,
+    gibbs_nbce,
+    point_consensus,
+    relabel_by_size,
+)
 from ..inference.nbce_vb import vb_nbce
 
 __all__ = ["NBCE", "predictive_parameters"]
@@ -325,8 +331,12 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         C, S = o["log_joint"].shape
         c, d = divmod(s, S)
         Nk = o["counts"][c, d]
+        if "label_counts" in o:
+            Nkl, Nkm = o["label_counts"][c, d], o["col_counts"][c, d]
+        else:  # too large to keep per draw: recompute from the draw's z
+            Nkl, Nkm = draw_counts(self._idx_train, o["z"][c, d], Nk.size, o["n_labels"])
         lp, lt = predictive_parameters(
-            Nk, o["label_counts"][c, d], o["col_counts"][c, d],
+            Nk, Nkl, Nkm,
             o["alpha0"][c, d], o["beta"][c, d], o["n_labels"], o["prior"],
         )
         occ = np.flatnonzero(Nk > 0)

@@ -63,6 +63,7 @@ __all__ = [
     "conditional_probs",
     "co_clustering",
     "point_consensus",
+    "draw_counts",
 ]
 
 _PRIOR_CODE = {"tsb": 0, "fsd": 1}
@@ -617,6 +618,7 @@ def gibbs_nbce(
     init=None,
     random_state=None,
     store_z=True,
+    store_counts="auto",
     verbose=False,
 ):
     """Run ``n_chains`` collapsed Gibbs chains for NBCE.
@@ -641,6 +643,10 @@ def gibbs_nbce(
     init : None or int array (N,) or (n_chains, N)
         Initial indicators; default uniform at random over the T components.
     random_state : None, int or RandomState
+    store_counts : bool or "auto"
+        Keep each draw's ``label_counts`` / ``col_counts`` (T x L and T x M per
+        draw).  "auto": only if they take at most 256 MB; otherwise they can be
+        recomputed from ``z`` with :func:`draw_counts`.
     store_z : bool
         Keep the retained indicator vectors (needed for co-clustering and the
         point consensus).
@@ -649,7 +655,8 @@ def gibbs_nbce(
     -------
     dict with arrays over (chain, draw):
         ``z`` (C, S, N) int32 (if store_z), ``counts`` (C, S, T) int64,
-        ``label_counts`` (C, S, T, L) int32, ``col_counts`` (C, S, T, M) int32,
+        ``label_counts`` (C, S, T, L) int32, ``col_counts`` (C, S, T, M) int32
+        (if stored, see ``store_counts``),
         ``log_joint`` (C, S), ``n_occupied`` (C, S), ``alpha0`` (C, S), ``beta`` (C, S);
         and ``prior``, ``truncation``, ``n_labels``.
     """
@@ -665,13 +672,16 @@ def gibbs_nbce(
     C, S = int(n_chains), int(n_samples)
     out = {
         "counts": np.zeros((C, S, T), dtype=np.int64),
-        "label_counts": np.zeros((C, S, T, L), dtype=np.int32),
-        "col_counts": np.zeros((C, S, T, M), dtype=np.int32),
         "log_joint": np.zeros((C, S)),
         "n_occupied": np.zeros((C, S), dtype=np.int64),
         "alpha0": np.zeros((C, S)),
         "beta": np.zeros((C, S)),
     }
+    if store_counts == "auto":
+        store_counts = C * S * T * (L + M) * 4 <= 256 * 2**20
+    if store_counts:
+        out["label_counts"] = np.zeros((C, S, T, L), dtype=np.int32)
+        out["col_counts"] = np.zeros((C, S, T, M), dtype=np.int32)
     if store_z:
         out["z"] = np.zeros((C, S, N), dtype=np.int32)
     total = burn_in + S * thin
@@ -693,8 +703,9 @@ def gibbs_nbce(
             bar.update(1)
             if it >= burn_in and (it - burn_in + 1) % thin == 0:
                 out["counts"][c, s] = state.cnt
-                out["label_counts"][c, s] = state.nlk.T
-                out["col_counts"][c, s] = state.ckm.T
+                if store_counts:
+                    out["label_counts"][c, s] = state.nlk.T
+                    out["col_counts"][c, s] = state.ckm.T
                 out["log_joint"][c, s] = state.log_joint()
                 out["n_occupied"][c, s] = np.count_nonzero(state.cnt)
                 out["alpha0"][c, s] = state.alpha0
@@ -705,6 +716,20 @@ def gibbs_nbce(
     bar.close()
     out.update(prior=prior, truncation=T, n_labels=np.asarray(n_labels, dtype=np.int64))
     return out
+
+
+def draw_counts(idx, z, truncation, n_labels):
+    """Label counts ``N_kl`` (T, L) and per-column counts ``N_kj`` (T, M) of one draw."""
+    idx = np.asarray(idx)
+    z = np.asarray(z, dtype=np.int64)
+    T = int(truncation)
+    L = int(np.sum(n_labels))
+    M = idx.shape[1]
+    rows, cols = np.nonzero(idx >= 0)
+    zr = z[rows]
+    Nkl = np.bincount(zr * L + idx[rows, cols], minlength=T * L).reshape(T, L)
+    Nkm = np.bincount(zr * M + cols, minlength=T * M).reshape(T, M)
+    return Nkl, Nkm
 
 
 # ---------------------------------------------------------------------------
