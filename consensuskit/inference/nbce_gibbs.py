@@ -753,14 +753,17 @@ def co_clustering(z_draws, pairs=None):
     z_draws : int array, shape (S, N)
         Retained draws (all chains stacked).
     pairs : None or int array (P, 2)
-        None: the dense (N, N) matrix (only sensible for small N); otherwise the
+        None: the dense (N, N) matrix (N <= 5000 only); otherwise the
         probabilities of these pairs only, shape (P,), in O(S P) time.
     """
     Z = np.asarray(z_draws)
     S, N = Z.shape
     if pairs is None:
-        if N > 20_000:
-            raise ValueError(f"dense co-clustering for N={N} is too large; pass pairs=")
+        if N > 5_000:
+            raise ValueError(
+                f"dense co-clustering for N={N} needs an {N}x{N} array; pass pairs= "
+                "(e.g. consensuskit.data.sample_pairs) for N > 5000"
+            )
         P = np.zeros((N, N))
         for s in range(S):
             P += Z[s][:, None] == Z[s][None, :]
