@@ -56,6 +56,9 @@ __all__ = [
     "pack_beta",
     "unpack_beta",
     "REALMIN",
+    "init_beta_kmeans",
+    "init_beta_random",
+    "variational_em",
 ]
 
 #: Smallest positive normal float64 (MATLAB's ``realmin``), used by the authors' code.
@@ -455,3 +458,96 @@ def fold_in(alpha, beta, data: BCEData, *, max_iter: int = 500, tol: float = 1e-
     gamma, _, _, _, _ = e_step(alpha, beta, data, g0, max_iter, collect=False, tol=tol,
                                chunk_size=chunk_size)
     return gamma
+
+
+# ---------------------------------------------------------------------------------------
+# initialisation and the full variational EM loop
+# ---------------------------------------------------------------------------------------
+def init_beta_kmeans(ensemble, n_clusters: int, random_state, *, smoothing: float = 1e-2,
+                     max_rows: int = 20000):
+    """Initial beta from k-means on the one-hot labels, as a ``(K, L)`` float64 array.
+
+    k-means (``n_init=1``) runs on at most ``max_rows`` randomly chosen rows of the
+    sparse one-hot matrix; each centroid's block of column ``j`` is the fraction
+    of the cluster's members carrying each label of ``j``, i.e. a label
+    distribution.  ``smoothing`` is added before each block is normalised, so no
+    label starts at probability 0.
+    """
+    from sklearn.cluster import KMeans
+    from sklearn.utils import check_random_state
+
+    rs = check_random_state(random_state)
+    N = ensemble.n_samples
+    rows = np.arange(N) if N <= max_rows else np.sort(rs.choice(N, max_rows, replace=False))
+    sub = ensemble.subset(rows)
+    B = sub.onehot(dtype=np.float64)
+    km = KMeans(n_clusters=n_clusters, n_init=1, random_state=rs.randint(2**31 - 1))
+    lab = km.fit_predict(B)
+    import scipy.sparse as sp
+
+    assign = sp.csr_matrix((np.ones(lab.size), (lab, np.arange(lab.size))),
+                           shape=(n_clusters, lab.size))
+    counts = np.asarray((assign @ B).todense())
+    beta = update_beta(torch.as_tensor(counts), ensemble.offsets, smoothing=smoothing)
+    return beta.numpy()
+
+
+def init_beta_random(ensemble, n_clusters: int, random_state):
+    """Initial beta, each row of each ``beta_j`` from a flat Dirichlet (authors' default)."""
+    from sklearn.utils import check_random_state
+
+    rs = check_random_state(random_state)
+    blocks = [rs.dirichlet(np.ones(k), size=n_clusters) for k in ensemble.n_labels]
+    return np.concatenate(blocks, axis=1)
+
+
+def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_iter: int = 100,
+                   tol: float = 1e-6, inner_iter: int = 5, smoothing: float = 1e-6,
+                   alpha_cap: float | None = None, newton_tol: float = 1e-10,
+                   chunk_size: int = 32768, callback=None):
+    """One run of the estimator's variational EM from ``beta0`` (K, L).
+
+    Each iteration: :func:`e_step` (``inner_iter`` warm-started passes), then
+    :func:`update_beta` and :func:`update_alpha` (with ``ensure_ascent``), then the
+    objective ``L + smoothing * sum ln beta`` (:func:`lower_bound`), which never
+    decreases.  Stops when its relative change is ``<= tol``, after ``max_iter``
+    iterations, or when ``sum(alpha)`` passes ``alpha_cap`` (degenerate optimum:
+    the prior swamps the data, every ``theta_i`` collapses onto the same mean).
+
+    Returns
+    -------
+    dict with ``alpha`` (K,), ``beta`` (K, L), ``gamma`` (K, N), ``bounds`` (list),
+    ``n_iter``, ``converged``, ``degenerate``.
+    """
+    dev = data.idx.device
+    dtype = data.n_observed_rows.dtype
+    K = n_clusters
+    beta = torch.as_tensor(beta0, dtype=dtype, device=dev)
+    alpha = (torch.ones(K, dtype=dtype, device=dev) if alpha0 is None
+             else torch.as_tensor(alpha0, dtype=dtype, device=dev))
+    if alpha_cap is None:
+        alpha_cap = 10.0 * float(data.n_observed_rows.max())
+    gamma = initial_gamma(alpha, data, dtype)
+    N = data.n_rows
+    bounds = []
+    converged = degenerate = False
+    it = 0
+    for it in range(1, max_iter + 1):
+        gamma, phi_sum, stats, plogp, _ = e_step(alpha, beta, data, gamma, inner_iter,
+                                                 chunk_size=chunk_size)
+        beta = update_beta(stats, data.offsets, smoothing)
+        suff = elog_dirichlet(gamma).sum(1)
+        alpha, _ = update_alpha(alpha, suff, N, tol=newton_tol, ensure_ascent=True,
+                                alpha_cap=alpha_cap)
+        lb = lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=smoothing)
+        bounds.append(lb)
+        if callback is not None:
+            callback(it, lb)
+        if float(alpha.sum()) > alpha_cap:
+            degenerate = True
+            break
+        if len(bounds) > 1 and abs(bounds[-1] - bounds[-2]) <= tol * abs(bounds[-1]):
+            converged = True
+            break
+    return {"alpha": alpha, "beta": beta, "gamma": gamma, "bounds": bounds, "n_iter": it,
+            "converged": converged, "degenerate": degenerate}
