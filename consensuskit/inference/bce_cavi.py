@@ -148,7 +148,7 @@ def _phi_from_weights(w, beta_ext, idx_j, mask_j, realmin: float = 0.0):
     Returns ``(phi_j (K, n), d (n,))`` with ``d = sum_h w_h beta_j(h, x_ij)`` (+ K*realmin).
     Missing rows get phi = 0 (``mask_j`` = 0) and d computed against the dummy column.
     """
-    p = w * beta_ext[:, idx_j]
+    p = w * beta_ext.index_select(1, idx_j)
     d = p.sum(0)
     if realmin:
         d = d + p.shape[0] * realmin
