@@ -3,7 +3,7 @@
 Generative process, for rows ``i = 1..N`` and base clusterings ``j = 1..M``::
 
     theta_i ~ Dirichlet(alpha)                 alpha: (K,)
-    z_ij    ~ Categorical(theta_i)             only where x_ij is observed
+    z_ij    ~ Categorical(theta_i)             (x_ij masked where missing)
     x_ij    ~ Categorical(beta_j[z_ij])        beta_j: (K, k_j)
 
 Representation of beta (padded)
@@ -16,11 +16,11 @@ from / to the list of ``(K, k_j)`` arrays used by the estimator.  The padded
 layout lets the clusterings plate be vectorised.
 
 Labels are passed as ``codes`` of shape ``(M, N)`` (column-major view of
-:attr:`Ensemble.codes`, ``-1`` = missing); missing labels are masked out of the
-likelihood (``obs_mask``) and their ``z_ij`` carries no information.  (The
-model samples a ``z_ij`` for missing cells too -- with the mask it contributes
-nothing to the likelihood, and in the mean-field guide it is given the prior, so
-it drops out of the ELBO.  Enumerated, it sums to one.)
+:attr:`Ensemble.codes`, ``-1`` = missing).  Missing labels are masked out of the
+likelihood with ``poutine.mask``; their ``z_ij`` stays in the model but carries
+no information: enumerated, it sums to one; in :func:`guide_meanfield` it is
+drawn from its conditional prior ``Categorical(theta_i)``, so it adds exactly
+zero to the ELBO, which then equals the paper's bound over observed labels.
 
 Plates: ``"rows"`` at ``dim=-1`` (size N, supports ``subsample_size`` /
 ``subsample``), ``"clusterings"`` at ``dim=-2`` (size M).  ``z`` is marked for
