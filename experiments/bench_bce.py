@@ -78,6 +78,10 @@ def synthetic(N, M=20, K=4, k=5, seed=0):
 
 
 def bench_ours(ens, K, iters, dtype, device):
+    # warm-up (numba compilation / CUDA context) on a small slice, not timed
+    small = ens.subset(np.arange(min(ens.n_samples, 1000)))
+    cavi.variational_em(cavi.prepare_data(small, device=device, dtype=dtype), K,
+                        cavi.init_beta_random(small, K, 0), max_iter=1, tol=0.0)
     data = cavi.prepare_data(ens, device=device, dtype=dtype)
     beta0 = cavi.init_beta_random(ens, K, 0)
     if device.type == "cuda":

@@ -44,7 +44,7 @@ def estep_rows(alpha, betaT, idx, mask, has_mask, gamma, n_iter, collect, stats,
     Parameters
     ----------
     alpha : (K,) float;  betaT : (L + 1, K) float, row L = dummy (ignored via mask)
-    idx : (N, M) int, global label index, any value where missing
+    idx : (N, M) int, global label index, ``L`` (the dummy row of ones) where missing
     mask : (N, M) float (1 observed / 0 missing); read only when ``has_mask``
     gamma : (N, K) float, warm start, overwritten with the new gamma
     n_iter : int;  collect : bool
@@ -63,6 +63,7 @@ def estep_rows(alpha, betaT, idx, mask, has_mask, gamma, n_iter, collect, stats,
     E = np.empty(K)
     acc = np.empty(K)
     g = np.empty(K)
+    r = np.empty(M)
     total = 0.0
     for i in range(N):
         for h in range(K):
@@ -82,32 +83,46 @@ def estep_rows(alpha, betaT, idx, mask, has_mask, gamma, n_iter, collect, stats,
             for h in range(K):
                 w[h] = math.exp(E[h] - m)
                 acc[h] = 0.0
-            logd = 0.0
-            V = 0.0
-            # acc_h = w_h * sum_j beta_j(h, x_ij) / d_ij,  d_ij = sum_h w_h beta_j(h, x_ij)
+            # phase 1: normalisers d_ij = sum_h w_h beta_j(h, x_ij) (independent over j)
             for j in range(M):
-                if has_mask and mask[i, j] == 0:
-                    continue
                 lab = idx[i, j]
                 d = 0.0
                 for h in range(K):
                     d += w[h] * betaT[lab, h]
-                r = 1.0 / d
+                r[j] = d
+            if last and collect:
+                logd = 0.0
+                V = 0.0
+                for j in range(M):
+                    if not has_mask or mask[i, j] != 0:
+                        logd += math.log(r[j])
+                        V += 1.0
+                total -= m * V + logd
+            # phase 2: 1 / d_ij, zero for missing labels
+            if has_mask:
+                for j in range(M):
+                    r[j] = mask[i, j] / r[j]
+            else:
+                for j in range(M):
+                    r[j] = 1.0 / r[j]
+            # phase 3: acc_h = w_h sum_j beta_j(h, x_ij) / d_ij  (= sum_j phi_ijh)
+            for j in range(M):
+                lab = idx[i, j]
+                rj = r[j]
                 for h in range(K):
-                    acc[h] += betaT[lab, h] * r
-                if last and collect:
+                    acc[h] += betaT[lab, h] * rj
+            if last and collect:
+                for j in range(M):
+                    lab = idx[i, j]
+                    rj = r[j]
                     for h in range(K):
-                        stats[lab, h] += w[h] * betaT[lab, h] * r
-                    logd += math.log(d)
-                    V += 1.0
+                        stats[lab, h] += w[h] * betaT[lab, h] * rj
             for h in range(K):
                 acc[h] *= w[h]
+                g[h] = alpha[h] + acc[h]
             if last and collect:
                 for h in range(K):
                     total += acc[h] * E[h]
-                total -= m * V + logd
-            for h in range(K):
-                g[h] = alpha[h] + acc[h]
         for h in range(K):
             gamma[i, h] = g[h]
             phisum[i, h] = acc[h]
