@@ -20,11 +20,14 @@ from numba import njit
 
 
 @njit(cache=True, inline="always")
-def _digamma(x):
-    """psi(x) for x > 0: recurrence up to x >= 6, then the asymptotic series (|err| < 1e-12).
+def _digamma_parts(x):
+    """``(x', c)`` with ``psi(x) = log(x') + c``: recurrence to ``x' >= 6``, then the series.
 
-    The recurrence terms ``-sum_k 1/(x+k)`` are accumulated as one fraction ``-p/q`` so
-    that only one division is spent on them.
+    The recurrence terms ``-sum_k 1/(x+k)`` are accumulated as one fraction ``-p/q`` (one
+    division); the asymptotic series is accurate to < 1e-12 for ``x' >= 6``.
+
+    ``exp(psi(x)) = x' * exp(c)`` needs no logarithm; the phi update only needs
+    ``exp(psi(gamma_h))`` because ``psi(sum_h gamma_h)`` cancels in the normalisation.
     """
     p = 0.0
     q = 1.0
@@ -32,9 +35,10 @@ def _digamma(x):
         p = p * x + q
         q = q * x
         x += 1.0
-    f = 1.0 / (x * x)
+    ix = 1.0 / x
+    f = ix * ix
     t = f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f * (1.0 / 132)))))
-    return math.log(x) - 0.5 / x - t - p / q
+    return x, -0.5 * ix - t - p / q
 
 
 @njit(cache=True, fastmath={"contract", "arcp", "reassoc"})
@@ -54,7 +58,8 @@ def estep_rows(alpha, betaT, idx, mask, has_mask, gamma, n_iter, collect, stats,
     Returns
     -------
     plogp_partial : float64
-        ``sum_i [sum_h phisum_ih E_ih - m_i V_i - sum_j ln d_ij]``; adding
+        ``sum_i [sum_h phisum_ih psi(gamma_ih) - sum_j ln d_ij]`` (``d_ij`` with the
+        unshifted weights ``exp(psi(gamma_ih))``); adding
         ``sum(stats * ln beta)`` gives ``sum phi ln phi``.
     """
     N, M = idx.shape
@@ -70,19 +75,14 @@ def estep_rows(alpha, betaT, idx, mask, has_mask, gamma, n_iter, collect, stats,
             g[h] = gamma[i, h]
         for t in range(n_iter):
             last = t == n_iter - 1
-            s = 0.0
+            # w_h = exp(psi(gamma_h)); psi(sum gamma) cancels in phi's normalisation
             for h in range(K):
-                s += g[h]
-            ds = _digamma(s)
-            for h in range(K):
-                E[h] = _digamma(g[h]) - ds
-            m = E[0]
-            for h in range(1, K):
-                if E[h] > m:
-                    m = E[h]
-            for h in range(K):
-                w[h] = math.exp(E[h] - m)
+                xs, c = _digamma_parts(g[h])
+                w[h] = xs * math.exp(c)
+                E[h] = c  # log(xs) added below only when the entropy is needed
                 acc[h] = 0.0
+                if last and collect:
+                    E[h] = math.log(xs) + c
             # phase 1: normalisers d_ij = sum_h w_h beta_j(h, x_ij) (independent over j)
             for j in range(M):
                 lab = idx[i, j]
@@ -92,12 +92,10 @@ def estep_rows(alpha, betaT, idx, mask, has_mask, gamma, n_iter, collect, stats,
                 r[j] = d
             if last and collect:
                 logd = 0.0
-                V = 0.0
                 for j in range(M):
                     if not has_mask or mask[i, j] != 0:
                         logd += math.log(r[j])
-                        V += 1.0
-                total -= m * V + logd
+                total -= logd
             # phase 2: 1 / d_ij, zero for missing labels
             if has_mask:
                 for j in range(M):
@@ -121,6 +119,8 @@ def estep_rows(alpha, betaT, idx, mask, has_mask, gamma, n_iter, collect, stats,
                 acc[h] *= w[h]
                 g[h] = alpha[h] + acc[h]
             if last and collect:
+                # sum_j sum_h phi ln phi = sum_h phi_sum_h psi(gamma_h) + stats . ln beta
+                #                           - sum_j ln d_ij   (w unshifted, unnormalised)
                 for h in range(K):
                     total += acc[h] * E[h]
         for h in range(K):
