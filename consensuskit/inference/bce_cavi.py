@@ -550,7 +550,7 @@ def init_beta_random(ensemble, n_clusters: int, random_state):
 def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_iter: int = 100,
                    tol: float = 1e-6, inner_iter: int = 5, smoothing: float = 1e-6,
                    alpha_cap: float | None = None, newton_tol: float = 1e-10,
-                   chunk_size: int = 32768, callback=None):
+                   chunk_size: int = 8192, backend: str = "auto", callback=None):
     """One run of the estimator's variational EM from ``beta0`` (K, L).
 
     Each iteration: :func:`e_step` (``inner_iter`` warm-started passes), then
@@ -558,7 +558,8 @@ def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_it
     objective ``L + smoothing * sum ln beta`` (:func:`lower_bound`), which never
     decreases.  Stops when its relative change is ``<= tol``, after ``max_iter``
     iterations, or when ``sum(alpha)`` passes ``alpha_cap`` (degenerate optimum:
-    the prior swamps the data, every ``theta_i`` collapses onto the same mean).
+    the prior swamps the data, every ``theta_i`` collapses onto the same mean);
+    default ``alpha_cap = 10 * max_i V_i``.  ``backend`` is passed to :func:`e_step`.
 
     Returns
     -------
@@ -580,7 +581,7 @@ def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_it
     it = 0
     for it in range(1, max_iter + 1):
         gamma, phi_sum, stats, plogp, _ = e_step(alpha, beta, data, gamma, inner_iter,
-                                                 chunk_size=chunk_size)
+                                                 chunk_size=chunk_size, backend=backend)
         beta = update_beta(stats, data.offsets, smoothing)
         suff = elog_dirichlet(gamma).sum(1)
         alpha, _ = update_alpha(alpha, suff, N, tol=newton_tol, ensure_ascent=True,
