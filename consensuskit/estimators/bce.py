@@ -92,6 +92,8 @@ class BCE(GenerativeMixin, ConsensusEstimator):
     converged_ : bool
     degenerate_ : bool
         True if every restart hit the degenerate optimum (a warning is issued).
+    n_degenerate_ : int
+        Number of restarts flagged degenerate (``sum(alpha) > 10 * max_i V_i``).
     """
 
     def __init__(self, n_clusters=2, *, inference="cavi", max_iter=100, tol=1e-6, n_init=3,
@@ -150,6 +152,7 @@ class BCE(GenerativeMixin, ConsensusEstimator):
                           learning_rate=self.learning_rate, smoothing=self.smoothing,
                           random_state=rs, verbose=self.verbose)
             degenerate_all = False
+            self.n_degenerate_ = 0
         else:
             best = None
             runs = []
