@@ -45,7 +45,7 @@ class Message:
         ``all_reduce``, ``reduce``, ``broadcast``, ``send``, ``recv`` or ``barrier``.
     role : str
         ``"send"`` if this rank contributes the payload, ``"recv"`` if it only
-        receives it, ``"both"`` for all-reduce.
+        receives it, ``"both"`` for all-reduce, ``"local"`` in a world of one.
     peer : int or None
         The other rank of a point-to-point message, the root of a rooted
         collective, None for all-reduce / barrier.
@@ -137,21 +137,25 @@ class Comm:
 
 
 class LocalComm(Comm):
-    """A world of one: collectives return their input; point-to-point is an error."""
+    """A world of one: collectives return their input; point-to-point is an error.
+
+    Messages are recorded with role ``"local"``: nothing leaves the process, so
+    they count towards neither :meth:`bytes_sent` nor :meth:`bytes_received`.
+    """
 
     rank = 0
     world_size = 1
 
     def all_reduce(self, t, name, op="sum"):
-        self._record(name, "all_reduce", "both", None, t)
+        self._record(name, "all_reduce", "local", None, t)
         return t
 
     def reduce(self, t, dst, name, op="sum"):
-        self._record(name, "reduce", "send", dst, t)
+        self._record(name, "reduce", "local", dst, t)
         return t
 
     def broadcast(self, t, src, name):
-        self._record(name, "broadcast", "send", src, t)
+        self._record(name, "broadcast", "local", src, t)
         return t
 
     def send(self, t, dst, name):
@@ -161,7 +165,7 @@ class LocalComm(Comm):
         raise CommError(f"recv({name!r}) in a world of one process")
 
     def barrier(self, name):
-        self._record(name, "barrier", "both", None, None)
+        self._record(name, "barrier", "local", None, None)
 
 
 _OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
