@@ -168,7 +168,7 @@ def _context(start_method):
                          f"got {start_method!r}")
     ctx = mp.get_context(start_method)
     if start_method == "forkserver":
-        ctx.set_forkserver_preload(["__main__", "consensuskit.distributed._worker"])
+        ctx.set_forkserver_preload(["consensuskit.distributed._preload"])
     return ctx
 
 
