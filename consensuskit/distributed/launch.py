@@ -71,8 +71,9 @@ class DistributedFit:
     messages : list of list of Message
         ``messages[p]``: every message rank ``p`` took part in.
     seconds : list of dict
-        Per rank: ``total`` wall seconds of the fit and ``comm`` seconds inside
-        communication calls.
+        Per rank: ``total`` wall seconds of the fit, ``comm`` wall seconds inside
+        communication calls, ``cpu`` process CPU seconds of the fit (and, for
+        spawned workers, ``entered``/``joined`` epoch times of start-up).
     assignment : list of ndarray
         Rows (row modes) or columns (column mode) held by each rank.
     """
