@@ -241,8 +241,9 @@ def test_torch_comm_requires_a_process_group():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["row", "column"])
-def test_torchrun_command_line(tmp_path, data, mode):
+@pytest.mark.parametrize("mode,launcher", [("row", "torchrun"), ("column", "torchrun"),
+                                           ("row-sequential", "local")])
+def test_command_line(tmp_path, data, mode, launcher):
     import pandas as pd
 
     X, _, ref = data
@@ -250,11 +251,14 @@ def test_torchrun_command_line(tmp_path, data, mode):
         tmp_path / "labels.csv", index=False)
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     env = dict(os.environ, PYTHONPATH=os.getcwd(), OMP_NUM_THREADS="1")
-    cmd = [torchrun, "--standalone", "--nproc-per-node", "3", "-m",
-           "consensuskit.distributed", "fit", "--mode", mode, "--n-clusters", str(K),
+    start = ([torchrun, "--standalone", "--nproc-per-node", "3"] if launcher == "torchrun"
+             else [sys.executable])
+    cmd = start + ["-m", "consensuskit.distributed", "fit", "--mode", mode, "--n-clusters", str(K),
            "--random-state", "0", "--max-iter", "30", "--quiet",
            str(tmp_path / "labels.csv"), "-o", str(tmp_path / "out.csv"),
            "--summary", str(tmp_path / "summary.json")]
+    if launcher == "local":
+        cmd += ["--workers", "3"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = pd.read_csv(tmp_path / "out.csv")
@@ -262,3 +266,7 @@ def test_torchrun_command_line(tmp_path, data, mode):
     from sklearn.metrics import adjusted_rand_score
 
     assert adjusted_rand_score(ref.labels_, out["label"]) > 0.8
+    import json
+
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["mode"] == mode and summary["n_workers"] == 3 and summary["n_iter"] >= 1
