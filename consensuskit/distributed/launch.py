@@ -116,6 +116,7 @@ def _collect(procs, results, timeout: float):
     """
     P = len(procs)
     ok, errors, exits = {}, {}, {}
+    quiet_exit = {}
     failed_at = None
     grace = timeout + 5.0
     while len(ok) + len(errors) + len(exits) < P:
@@ -128,11 +129,10 @@ def _collect(procs, results, timeout: float):
         for r, p in enumerate(procs):
             if r in ok or r in errors or r in exits or p.is_alive():
                 continue
-            # exited: give its queued message (if any) a moment to arrive
-            if p.exitcode != 0 or time.monotonic() - getattr(p, "_ck_seen", time.monotonic()) > 2:
+            # exited cleanly: give its queued message a moment to arrive
+            seen = quiet_exit.setdefault(r, time.monotonic())
+            if p.exitcode != 0 or time.monotonic() - seen > 2.0:
                 exits[r] = p.exitcode
-            elif not hasattr(p, "_ck_seen"):
-                p._ck_seen = time.monotonic()
         if (errors or exits) and failed_at is None:
             failed_at = time.monotonic()
         if failed_at is not None and time.monotonic() - failed_at > grace:
