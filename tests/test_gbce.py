@@ -339,3 +339,23 @@ def test_predict_checks_feature_columns(rng):
     plain = GBCE(3, n_init=1, max_iter=5, random_state=0).fit(X)
     with pytest.raises(ValueError, match="fitted without features"):
         plain.predict(X, features=F)
+
+
+def test_pyro_model_fits_with_svi():
+    """The model and guide work as a plain Pyro SVI program (z enumerated in the guide)."""
+    X, F = _tiny()
+    ens = Ensemble.from_labels(X)
+    labels, feats = torch.as_tensor(ens.codes), torch.as_tensor(F)
+    guide = config_enumerate(gbce_model.guide, "parallel")
+    svi = pyro.infer.SVI(gbce_model.model, guide, pyro.optim.Adam({"lr": 0.1}),
+                         TraceEnum_ELBO(max_plate_nesting=2))
+    args = (labels, ens.n_labels, feats)
+    kw = dict(n_clusters=2, label_weight=2.0)
+    precise = TraceEnum_ELBO(num_particles=1000, vectorize_particles=True, max_plate_nesting=2)
+    before = precise.loss(gbce_model.model, guide, *args, **kw)  # creates the params
+    losses = [svi.step(*args, **kw) for _ in range(40)]
+    after = precise.loss(gbce_model.model, guide, *args, **kw)
+    assert np.isfinite(losses).all()
+    assert after < before - 1.0, (before, after)
+    store = pyro.get_param_store()
+    assert store["mu"].shape == (2, 2) and store["phi_features"].shape == (2, 4, 2)
