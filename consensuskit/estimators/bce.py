@@ -58,7 +58,8 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         ``"kmeans"``: beta from k-means on the one-hot labels (a different seed per
         restart); ``"random"``: flat-Dirichlet beta, as the authors' code.  Random
         starts run into the degenerate optimum (alpha growing without bound) more
-        often; such runs are detected (``sum(alpha) > 10 * M``) and discarded.
+        often; such runs are detected (``sum(alpha) > 10 * max_i V_i``, ``V_i`` the
+        number of labels of row i) and discarded in favour of non-degenerate restarts.
     smoothing : float, default 1e-6
         Pseudo-count added to the expected label counts in the beta update.
     batch_size : int or None
@@ -92,6 +93,8 @@ class BCE(GenerativeMixin, ConsensusEstimator):
     converged_ : bool
     degenerate_ : bool
         True if every restart hit the degenerate optimum (a warning is issued).
+    n_degenerate_ : int
+        Number of restarts flagged degenerate (``sum(alpha) > 10 * max_i V_i``).
     """
 
     def __init__(self, n_clusters=2, *, inference="cavi", max_iter=100, tol=1e-6, n_init=3,
@@ -150,6 +153,7 @@ class BCE(GenerativeMixin, ConsensusEstimator):
                           learning_rate=self.learning_rate, smoothing=self.smoothing,
                           random_state=rs, verbose=self.verbose)
             degenerate_all = False
+            self.n_degenerate_ = 0
         else:
             best = None
             runs = []
@@ -175,8 +179,9 @@ class BCE(GenerativeMixin, ConsensusEstimator):
             if degenerate_all:
                 warnings.warn(
                     "every BCE restart ran into the degenerate optimum (sum(alpha) grew past "
-                    f"{10 * ensemble.n_partitions}); returning the best bound. Try init='kmeans', "
-                    "more n_init or fewer n_clusters.", RuntimeWarning, stacklevel=3)
+                    f"{10 * int(ensemble.mask.sum(1).max())}, 10x the most labels of a row); "
+                    "returning the best bound. Try init='kmeans', more n_init or fewer "
+                    "n_clusters.", RuntimeWarning, stacklevel=3)
             self.n_degenerate_ = sum(r["degenerate"] for r in runs)
         gamma = res["gamma"]
         self._alpha_t = res["alpha"].detach()

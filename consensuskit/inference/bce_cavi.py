@@ -99,6 +99,16 @@ class BCEData:
     def n_total_labels(self) -> int:
         return int(self.offsets[-1])
 
+    def row_layout(self):
+        """Cached numpy ``(idx (N, M), mask (N, M) or None)`` row-major, for the CPU kernel."""
+        cache = self.__dict__.setdefault("_rows_cache", {})
+        if "v" not in cache:
+            idx = np.ascontiguousarray(self.idx.cpu().numpy().T, dtype=np.int32)
+            mask = None if self.mask is None else np.ascontiguousarray(
+                self.mask.cpu().numpy().T)
+            cache["v"] = (idx, mask)
+        return cache["v"]
+
     def column(self, j: int, rows: slice = slice(None)):
         """``(idx_j, mask_j)`` of base clustering ``j`` for a slice of rows."""
         m = None if self.mask is None else self.mask[j, rows]
@@ -148,7 +158,7 @@ def _phi_from_weights(w, beta_ext, idx_j, mask_j, realmin: float = 0.0):
     Returns ``(phi_j (K, n), d (n,))`` with ``d = sum_h w_h beta_j(h, x_ij)`` (+ K*realmin).
     Missing rows get phi = 0 (``mask_j`` = 0) and d computed against the dummy column.
     """
-    p = w * beta_ext[:, idx_j]
+    p = w * beta_ext.index_select(1, idx_j)
     d = p.sum(0)
     if realmin:
         d = d + p.shape[0] * realmin
@@ -355,7 +365,7 @@ def phi_log_phi(phi) -> float:
 
 
 def e_step(alpha, beta, data: BCEData, gamma, n_iter: int, *, collect: bool = True,
-           tol: float = 0.0, chunk_size: int = 32768):
+           tol: float = 0.0, chunk_size: int = 8192, backend: str = "auto"):
     """The estimator's E-step: ``n_iter`` passes of (phi, gamma) updates, warm-started.
 
     Rows are processed in chunks of ``chunk_size`` (the updates are independent
@@ -389,7 +399,18 @@ def e_step(alpha, beta, data: BCEData, gamma, n_iter: int, *, collect: bool = Tr
     phi_log_phi : float or None
     n_passes : int
         Largest number of passes used by a chunk.
+
+    ``backend``: ``"torch"`` (any device; the reference), ``"numba"`` (CPU only, a fused
+    per-row kernel computing the same quantities, see
+    :mod:`consensuskit.inference._bce_numba`), or ``"auto"`` (numba on CPU when
+    ``tol == 0``, else torch).
     """
+    if backend not in ("auto", "torch", "numba"):
+        raise ValueError(f"backend must be 'auto', 'torch' or 'numba'; got {backend!r}")
+    if backend == "auto":
+        backend = "numba" if (gamma.device.type == "cpu" and tol == 0) else "torch"
+    if backend == "numba":
+        return _e_step_numba(alpha, beta, data, gamma, n_iter, collect)
     if collect and tol > 0:
         raise ValueError("e_step: tol > 0 (early stopping) is only for collect=False")
     K, N = gamma.shape
@@ -442,6 +463,31 @@ def e_step(alpha, beta, data: BCEData, gamma, n_iter: int, *, collect: bool = Tr
         plogp += _sum64(stats_L * logb_ext[:, :L])
         return gamma_out, phi_sum, stats_L, plogp, max_passes
     return gamma_out, phi_sum, None, None, max_passes
+
+
+def _e_step_numba(alpha, beta, data, gamma, n_iter, collect):
+    from ._bce_numba import estep_rows
+
+    if gamma.device.type != "cpu":
+        raise ValueError("backend='numba' needs CPU tensors")
+    K, N = gamma.shape
+    L = data.n_total_labels
+    idx, mask = data.row_layout()
+    a = alpha.detach().to(gamma.dtype).numpy()
+    betaT = np.ascontiguousarray(_extend(beta).T.numpy())
+    g = np.ascontiguousarray(gamma.T.numpy())  # (N, K) copy
+    phisum = np.empty_like(g)
+    stats = np.zeros((L + 1, K))
+    has_mask = mask is not None
+    m = mask if has_mask else np.zeros((1, 1), dtype=g.dtype)
+    part = estep_rows(a, betaT, idx, m, has_mask, g, int(n_iter), bool(collect), stats, phisum)
+    gamma_out = torch.from_numpy(g).T.contiguous()
+    phi_sum = torch.from_numpy(phisum).T.contiguous()
+    if not collect:
+        return gamma_out, phi_sum, None, None, n_iter
+    st = torch.from_numpy(stats[:L].T.copy())
+    plogp = part + float((st * torch.log(beta.double())).sum())
+    return gamma_out, phi_sum, st.to(beta.dtype), plogp, n_iter
 
 
 def initial_gamma(alpha, data: BCEData, dtype=None):
@@ -504,7 +550,7 @@ def init_beta_random(ensemble, n_clusters: int, random_state):
 def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_iter: int = 100,
                    tol: float = 1e-6, inner_iter: int = 5, smoothing: float = 1e-6,
                    alpha_cap: float | None = None, newton_tol: float = 1e-10,
-                   chunk_size: int = 32768, callback=None):
+                   chunk_size: int = 8192, backend: str = "auto", callback=None):
     """One run of the estimator's variational EM from ``beta0`` (K, L).
 
     Each iteration: :func:`e_step` (``inner_iter`` warm-started passes), then
@@ -512,7 +558,8 @@ def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_it
     objective ``L + smoothing * sum ln beta`` (:func:`lower_bound`), which never
     decreases.  Stops when its relative change is ``<= tol``, after ``max_iter``
     iterations, or when ``sum(alpha)`` passes ``alpha_cap`` (degenerate optimum:
-    the prior swamps the data, every ``theta_i`` collapses onto the same mean).
+    the prior swamps the data, every ``theta_i`` collapses onto the same mean);
+    default ``alpha_cap = 10 * max_i V_i``.  ``backend`` is passed to :func:`e_step`.
 
     Returns
     -------
@@ -534,7 +581,7 @@ def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_it
     it = 0
     for it in range(1, max_iter + 1):
         gamma, phi_sum, stats, plogp, _ = e_step(alpha, beta, data, gamma, inner_iter,
-                                                 chunk_size=chunk_size)
+                                                 chunk_size=chunk_size, backend=backend)
         beta = update_beta(stats, data.offsets, smoothing)
         suff = elog_dirichlet(gamma).sum(1)
         alpha, _ = update_alpha(alpha, suff, N, tol=newton_tol, ensure_ascent=True,
