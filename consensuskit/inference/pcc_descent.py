@@ -61,7 +61,7 @@ _RUNNING, _CONVERGED, _STALLED = 0, 1, 2
 # ---------------------------------------------------------------------------
 # scalar pieces
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, inline="always", error_model="numpy")
 def _dprime(div, c, nn, a):
     """``N * d/da d_phi(c/N, a)``: the weight of ``y_i`` in ``g_j`` for pair {i, j}."""
     if div == 0:
@@ -74,7 +74,7 @@ def _dprime(div, c, nn, a):
     return r
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, inline="always", error_model="numpy")
 def _term(div, c, nn, a):
     """``N * d_phi(c/N, a)`` (zero for N = 0; +inf where the KL term is infinite)."""
     if nn <= 0.0:
@@ -95,7 +95,7 @@ def _term(div, c, nn, a):
     return t
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _rho(div, eps, a, d, c, nn, m):
     """Directional derivative ``rho(eps)`` of ``f`` along ``e_U - e_V`` at step ``eps``.
 
@@ -118,7 +118,7 @@ def _rho(div, eps, a, d, c, nn, m):
     return r
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _line_search(div, a, d, c, nn, m, ymax, xtol):
     """Exact step ``eps* in [0, ymax]`` minimising ``f(y_J + eps (e_U - e_V))`` (eq. 9).
 
@@ -166,7 +166,7 @@ def _line_search(div, a, d, c, nn, m, ymax, xtol):
     return lo
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, inline="always", error_model="numpy")
 def _best_direction(g, y, K):
     """(gap, U, V): ``U = argmin_k g_k``, ``V = argmax_{k: y_k > 0} g_k`` (eq. 6)."""
     u = 0
@@ -189,7 +189,7 @@ def _best_direction(g, y, K):
 # ---------------------------------------------------------------------------
 # indexed binary min-heap (pair mode)
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _sift_up(heap, where, key, p):
     node = heap[p]
     kn = key[node]
@@ -205,7 +205,7 @@ def _sift_up(heap, where, key, p):
     where[node] = p
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _sift_down(heap, where, key, p, size):
     node = heap[p]
     kn = key[node]
@@ -225,7 +225,7 @@ def _sift_down(heap, where, key, p, size):
     where[node] = p
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _heap_set(heap, where, key, node, value):
     old = key[node]
     key[node] = value
@@ -235,7 +235,7 @@ def _heap_set(heap, where, key, node, value):
         _sift_down(heap, where, key, where[node], heap.size)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _heap_build(heap, where, key):
     n = heap.size
     for i in range(n):
@@ -248,7 +248,7 @@ def _heap_build(heap, where, key):
 # ---------------------------------------------------------------------------
 # dense mode: C, N and A = Y Y^T as (n, n) arrays
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _dense_init(Y, C, NN, div):
     n, K = Y.shape
     A = np.empty((n, n))
@@ -281,7 +281,7 @@ def _dense_init(Y, C, NN, div):
     return A, G, gap, U, V, f
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _dense_run(Y, C, NN, A, G, gap, U, V, div, f, n_steps, tol_abs, xtol, record_every,
                it0, trace, n_rec):
     n, K = Y.shape
@@ -375,7 +375,7 @@ def _dense_run(Y, C, NN, A, G, gap, U, V, div, f, n_steps, tol_abs, xtol, record
 # ---------------------------------------------------------------------------
 # pair mode: CSR adjacency over the observed pairs
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _pairs_init(Y, pi, pj, pc, pn, indptr, nbr, eid, div):
     n, K = Y.shape
     P = pi.size
@@ -411,7 +411,7 @@ def _pairs_init(Y, pi, pj, pc, pn, indptr, nbr, eid, div):
     return pa, G, gap, U, V, heap, where, f
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _pairs_run(Y, pc, pn, pa, indptr, nbr, eid, G, gap, U, V, heap, where, div, f, n_steps,
                tol_abs, xtol, record_every, it0, trace, n_rec):
     n, K = Y.shape
@@ -509,7 +509,7 @@ def _pairs_run(Y, pc, pn, pa, indptr, nbr, eid, G, gap, U, V, heap, where, div, 
 # ---------------------------------------------------------------------------
 # exact objectives (used to check the incremental bookkeeping)
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _pairs_objective(Y, pi, pj, pc, pn, div):
     K = Y.shape[1]
     f = 0.0

@@ -49,7 +49,8 @@ def _check(pairs, counts, trials):
         raise ValueError("counts and trials must have shape (P,) matching pairs")
 
 
-def model(pairs, counts, trials, n_points, n_clusters, *, alpha=1.0, subsample_size=None):
+def model(pairs, counts, trials, n_points, n_clusters, *, alpha=1.0, subsample_size=None,
+          init=None):
     """PCC generative model.
 
     Parameters
@@ -69,6 +70,9 @@ def model(pairs, counts, trials, n_points, n_clusters, *, alpha=1.0, subsample_s
         Dirichlet concentration of the prior on each ``y_i`` (1 = flat).
     subsample_size : int or None
         Mini-batch size over pairs (the likelihood is rescaled by Pyro).
+    init : ignored
+        A :func:`guide_delta` option, accepted so that model and guide share
+        one signature under ``pyro.infer.SVI``.
 
     Returns
     -------
