@@ -95,6 +95,19 @@ def _term(div, c, nn, a):
     return t
 
 
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _dterm(div, c, nn, aold, anew):
+    """``N d(c/N, anew) - N d(c/N, aold)`` without the constant parts."""
+    if div == 0:
+        return _term(div, c, nn, anew) - _term(div, c, nn, aold)
+    t = 0.0
+    if c > 0.0:
+        t += c * math.log(aold / anew)
+    if nn - c > 0.0:
+        t += (nn - c) * math.log((1.0 - aold) / (1.0 - anew))
+    return t
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _rho(div, eps, a, d, c, nn, m):
     """Directional derivative ``rho(eps)`` of ``f`` along ``e_U - e_V`` at step ``eps``.
@@ -349,7 +362,7 @@ def _dense_run(Y, C, NN, A, G, gap, U, V, div, f, n_steps, tol_abs, xtol, record
                 A[J, i] = anew
                 A[i, J] = anew
                 wnew = _dprime(div, c, nn, anew)
-                df += _term(div, c, nn, anew) - _term(div, c, nn, aold)
+                df += _dterm(div, c, nn, aold, anew)
             else:
                 wnew = wold
             gi = G[i]
@@ -376,28 +389,25 @@ def _dense_run(Y, C, NN, A, G, gap, U, V, div, f, n_steps, tol_abs, xtol, record
 # pair mode: CSR adjacency over the observed pairs
 # ---------------------------------------------------------------------------
 @numba.njit(cache=True, error_model="numpy")
-def _pairs_init(Y, pi, pj, pc, pn, indptr, nbr, eid, div):
+def _pairs_init(Y, ec, en, indptr, nbr, div):
+    """Edge-ordered state: ``ea[e] = y_J^T y_nbr[e]`` for the edges ``e`` of each ``J``."""
     n, K = Y.shape
-    P = pi.size
-    pa = np.empty(P)
-    f = 0.0
-    for p in range(P):
-        i = pi[p]
-        j = pj[p]
-        a = 0.0
-        for k in range(K):
-            a += Y[i, k] * Y[j, k]
-        if a > 1.0:
-            a = 1.0
-        pa[p] = a
-        f += _term(div, pc[p], pn[p], a)
+    E = nbr.size
+    ea = np.empty(E)
     G = np.zeros((n, K))
+    f2 = 0.0
     for j in range(n):
         for e in range(indptr[j], indptr[j + 1]):
-            p = eid[e]
-            w = _dprime(div, pc[p], pn[p], pa[p])
+            i = nbr[e]
+            a = 0.0
+            for k in range(K):
+                a += Y[i, k] * Y[j, k]
+            if a > 1.0:
+                a = 1.0
+            ea[e] = a
+            f2 += _term(div, ec[e], en[e], a)
+            w = _dprime(div, ec[e], en[e], a)
             if w != 0.0:
-                i = nbr[e]
                 for k in range(K):
                     G[j, k] += w * Y[i, k]
     gap = np.empty(n)
@@ -408,11 +418,11 @@ def _pairs_init(Y, pi, pj, pc, pn, indptr, nbr, eid, div):
     heap = np.empty(n, np.int64)
     where = np.empty(n, np.int64)
     _heap_build(heap, where, gap)
-    return pa, G, gap, U, V, heap, where, f
+    return ea, G, gap, U, V, heap, where, 0.5 * f2
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _pairs_run(Y, pc, pn, pa, indptr, nbr, eid, G, gap, U, V, heap, where, div, f, n_steps,
+def _pairs_run(Y, ec, en, ea, indptr, nbr, rev, G, gap, U, V, heap, where, div, f, n_steps,
                tol_abs, xtol, record_every, it0, trace, n_rec):
     n, K = Y.shape
     maxdeg = 0
@@ -440,11 +450,10 @@ def _pairs_run(Y, pc, pn, pa, indptr, nbr, eid, G, gap, U, V, heap, where, div, 
             i = nbr[e]
             di = Y[i, u] - Y[i, v]
             if di != 0.0:
-                p = eid[e]
-                ba[m] = pa[p]
+                ba[m] = ea[e]
                 bd[m] = di
-                bc[m] = pc[p]
-                bn[m] = pn[p]
+                bc[m] = ec[e]
+                bn[m] = en[e]
                 m += 1
         eps = _line_search(div, ba, bd, bc, bn, m, Y[J, v], xtol)
         if eps <= 0.0:
@@ -465,10 +474,9 @@ def _pairs_run(Y, pc, pn, pa, indptr, nbr, eid, G, gap, U, V, heap, where, div, 
             gnew[k] = 0.0
         for e in range(indptr[J], indptr[J + 1]):
             i = nbr[e]
-            p = eid[e]
-            c = pc[p]
-            nn = pn[p]
-            aold = pa[p]
+            c = ec[e]
+            nn = en[e]
+            aold = ea[e]
             wold = _dprime(div, c, nn, aold)
             di = Y[i, u] - Y[i, v]
             if di != 0.0:
@@ -477,9 +485,10 @@ def _pairs_run(Y, pc, pn, pa, indptr, nbr, eid, G, gap, U, V, heap, where, div, 
                     anew = 0.0
                 elif anew > 1.0:
                     anew = 1.0
-                pa[p] = anew
+                ea[e] = anew
+                ea[rev[e]] = anew
                 wnew = _dprime(div, c, nn, anew)
-                df += _term(div, c, nn, anew) - _term(div, c, nn, aold)
+                df += _dterm(div, c, nn, aold, anew)
             else:
                 wnew = wold
             gi = G[i]
@@ -490,7 +499,8 @@ def _pairs_run(Y, pc, pn, pa, indptr, nbr, eid, G, gap, U, V, heap, where, div, 
             gi[u] += wnew * du
             gi[v] += wnew * dv
             gval, U[i], V[i] = _best_direction(gi, Y[i], K)
-            _heap_set(heap, where, gap, i, gval)
+            if gval != gap[i]:
+                _heap_set(heap, where, gap, i, gval)
             if wnew != 0.0:
                 for k in range(K):
                     gnew[k] += wnew * Y[i, k]
@@ -746,10 +756,12 @@ def _finish(Y, f_running, it, status, parts, exact):
 
 
 def build_adjacency(pairs, n):
-    """Symmetric CSR adjacency of a pair list: ``indptr (n+1,)``, ``nbr (2P,)``, ``eid (2P,)``.
+    """Symmetric CSR adjacency of a pair list.
 
-    ``eid[e]`` is the index of the pair that edge ``e`` stands for; neighbours of
-    each point are sorted by index.
+    Returns ``indptr`` (n+1,), ``nbr`` (2P,), ``eid`` (2P,) and ``rev`` (2P,):
+    the edges of point ``j`` are ``indptr[j]:indptr[j+1]``, sorted by
+    neighbour; ``eid[e]`` is the pair edge ``e`` stands for and ``rev[e]`` the
+    edge of the same pair seen from the other end.
     """
     pairs = np.asarray(pairs, dtype=np.int64)
     P = pairs.shape[0]
@@ -759,7 +771,12 @@ def build_adjacency(pairs, n):
     order = np.lexsort((dst, src))
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
-    return indptr, np.ascontiguousarray(dst[order]), np.ascontiguousarray(pid[order])
+    eid = pid[order]
+    pos = np.empty(2 * P, dtype=np.int64)
+    pos[order] = np.arange(2 * P)  # pos[k] = edge position of directed copy k
+    side = (order >= P).astype(np.int64)  # 0: stored as (i, j), 1: as (j, i)
+    rev = pos[np.where(side == 0, order + P, order - P)]
+    return indptr, np.ascontiguousarray(dst[order]), np.ascontiguousarray(eid), rev
 
 
 def pcc_descent_pairs(pairs, c, n, Y0, divergence="kl", *, max_iter=None, tol=1e-6,
@@ -805,17 +822,19 @@ def pcc_descent_pairs(pairs, c, n, Y0, divergence="kl", *, max_iter=None, tol=1e
     max_iter = 20 * n_samples * K if max_iter is None else int(max_iter)
     record_every = n_samples if record_every is None else int(record_every)
     tol_abs = float(tol) * max(2.0 * n_.sum() / n_samples, 1e-300)
-    indptr, nbr, eid = build_adjacency(pairs, n_samples)
+    indptr, nbr, eid, rev = build_adjacency(pairs, n_samples)
     pi = np.ascontiguousarray(pairs[:, 0])
     pj = np.ascontiguousarray(pairs[:, 1])
-    pa, G, gap, U, V, heap, where, f0 = _pairs_init(Y, pi, pj, c, n_, indptr, nbr, eid, div)
+    ec = np.ascontiguousarray(c[eid])
+    en = np.ascontiguousarray(n_[eid])
+    ea, G, gap, U, V, heap, where, f0 = _pairs_init(Y, ec, en, indptr, nbr, div)
     if not np.isfinite(f0):
         raise ValueError("the objective is infinite at Y0 (KL: some y_i^T y_j = 0 with c_ij > 0)")
     state = {"f": f0}
 
     def run_chunk(steps, it0, trace):
         f, done, status, n_rec = _pairs_run(
-            Y, c, n_, pa, indptr, nbr, eid, G, gap, U, V, heap, where, div, state["f"], steps,
+            Y, ec, en, ea, indptr, nbr, rev, G, gap, U, V, heap, where, div, state["f"], steps,
             tol_abs, xtol, record_every, it0, trace, 0,
         )
         state["f"] = f
