@@ -348,6 +348,8 @@ def test_fitted_attributes_and_restarts(rng):
     assert one.converged_
     short = PCC(5, max_iter=3, random_state=4).fit(X)
     assert short.n_iter_ == 3 and not short.converged_
+    loud = PCC(5, random_state=4, verbose=True).fit(X)  # tqdm bar, same result
+    np.testing.assert_array_equal(loud.membership_, one.membership_)
     params = clone(one).get_params()
     assert params["n_clusters"] == 5 and params["divergence"] == "kl"
 
