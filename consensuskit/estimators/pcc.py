@@ -172,6 +172,16 @@ class PCC(ConsensusEstimator):
                 return pcc_descent_pairs(pairs, c, nn, Y0, self.divergence, max_iter=max_iter,
                                          tol=tol, verbose=self.verbose)
 
+        if K == 1:  # one cluster: nothing to optimise (f may be infinite for KL)
+            from ..inference.pcc_descent import PCCResult, dense_objective, pairs_objective
+
+            Y = np.ones((n, 1))
+            if n_pairs is None:
+                f = dense_objective(Y, C, N, self.divergence)
+            else:
+                f = pairs_objective(Y, pairs, c, nn, self.divergence)
+            self._set_result(PCCResult(Y, f, np.array([f]), 0, True, False))
+            return
         best = None
         for Y0 in starts:
             res = run(Y0)
