@@ -424,3 +424,59 @@ def test_svi_map_does_not_beat_the_descent(rng):
     f0 = pairs_objective(Y0, pairs, c, nn, "kl")
     assert f_svi < f0  # SVI made progress on the same objective
     assert res.objective <= f_svi + 1e-6 * f_svi
+
+
+def _reference_steps(pairs, c, nn, Y0, div, n_steps):
+    """Plain numpy Algorithm 1: full gradient every step, linear argmin, public line search."""
+    Y = Y0.copy()
+    i, j = pairs[:, 0], pairs[:, 1]
+    n, K = Y.shape
+    for _ in range(n_steps):
+        a = np.einsum("pk,pk->p", Y[i], Y[j])
+        if div == "l2":
+            w = 2.0 * (nn * a - c)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                w = np.where(c > 0, -c / a, 0.0) + np.where(nn > c, (nn - c) / (1 - a), 0.0)
+        G = np.zeros((n, K))
+        np.add.at(G, i, w[:, None] * Y[j])
+        np.add.at(G, j, w[:, None] * Y[i])
+        U = G.argmin(1)
+        V = np.where(Y > 0, G, -np.inf).argmax(1)
+        gaps = G[np.arange(n), U] - G[np.arange(n), V]
+        J = int(gaps.argmin())
+        u, v = U[J], V[J]
+        mine = (i == J) | (j == J)
+        other = np.where(i[mine] == J, j[mine], i[mine])
+        eps = line_search(a[mine], Y[other, u] - Y[other, v], c[mine], nn[mine], Y[J, v], div)
+        eps = min(eps, Y[J, v])
+        Y[J, u] += eps
+        Y[J, v] = max(Y[J, v] - eps, 0.0)
+    return Y
+
+
+@pytest.mark.parametrize("div", DIVS)
+def test_pairs_engine_follows_plain_algorithm(rng, div):
+    """Incremental gradients + heap choose the same steps as the from-scratch algorithm."""
+    _, X = blocks_labels(rng, n_per=15, k=3, m=9, noise=0.3, missing=0.2)
+    ens = Ensemble.from_labels(X)
+    n = ens.n_samples
+    pairs = sample_pairs(n, 250, 5)
+    c, nn = ens.coassociation(pairs=pairs)
+    keep = nn > 0
+    pairs, c, nn = pairs[keep], c[keep].astype(float), nn[keep].astype(float)
+    Y0 = random_start(rng, n, 4)
+    for steps in (1, 7, 40):
+        ref = _reference_steps(pairs, c, nn, Y0, div, steps)
+        res = pcc_descent_pairs(pairs, c, nn, Y0, div, max_iter=steps, tol=1e-12)
+        assert res.n_iter == steps
+        np.testing.assert_allclose(res.Y, ref, atol=1e-10)
+
+
+def test_single_cluster_is_trivial(rng):
+    _, X = blocks_labels(rng, n_per=4, k=2, m=3)
+    est = PCC(1, divergence="l2").fit(X)
+    np.testing.assert_array_equal(est.membership_, 1.0)
+    assert est.n_clusters_ == 1 and est.n_iter_ == 0
+    C, N = Ensemble.from_labels(X).coassociation()
+    assert est.objective_ == pytest.approx(dense_objective(est.membership_, C, N, "l2"))
