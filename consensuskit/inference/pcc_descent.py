@@ -180,19 +180,19 @@ def _line_search(div, a, d, c, nn, m, ymax, xtol):
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy")
-def _best_direction(g, y, K):
-    """(gap, U, V): ``U = argmin_k g_k``, ``V = argmax_{k: y_k > 0} g_k`` (eq. 6)."""
+def _best_direction(G, Y, j, K):
+    """(gap, U, V) of point j: ``U = argmin_k g_jk``, ``V = argmax_{k: y_jk > 0} g_jk`` (eq. 6)."""
     u = 0
-    gu = g[0]
+    gu = G[j, 0]
     for k in range(1, K):
-        if g[k] < gu:
-            gu = g[k]
+        if G[j, k] < gu:
+            gu = G[j, k]
             u = k
     v = -1
     gv = -np.inf
     for k in range(K):
-        if y[k] > 0.0 and g[k] > gv:
-            gv = g[k]
+        if Y[j, k] > 0.0 and G[j, k] > gv:
+            gv = G[j, k]
             v = k
     if v < 0 or v == u:
         return 0.0, u, u
@@ -290,7 +290,7 @@ def _dense_init(Y, C, NN, div):
     U = np.empty(n, np.int64)
     V = np.empty(n, np.int64)
     for j in range(n):
-        gap[j], U[j], V[j] = _best_direction(G[j], Y[j], K)
+        gap[j], U[j], V[j] = _best_direction(G, Y, j, K)
     return A, G, gap, U, V, f
 
 
@@ -365,18 +365,17 @@ def _dense_run(Y, C, NN, A, G, gap, U, V, div, f, n_steps, tol_abs, xtol, record
                 df += _dterm(div, c, nn, aold, anew)
             else:
                 wnew = wold
-            gi = G[i]
             dw = wnew - wold
             if dw != 0.0:
                 for k in range(K):
-                    gi[k] += dw * yold[k]
-            gi[u] += wnew * du
-            gi[v] += wnew * dv
-            gap[i], U[i], V[i] = _best_direction(gi, Y[i], K)
+                    G[i, k] += dw * yold[k]
+            G[i, u] += wnew * du
+            G[i, v] += wnew * dv
+            gap[i], U[i], V[i] = _best_direction(G, Y, i, K)
             if wnew != 0.0:
                 for k in range(K):
                     G[J, k] += wnew * Y[i, k]
-        gap[J], U[J], V[J] = _best_direction(G[J], Y[J], K)
+        gap[J], U[J], V[J] = _best_direction(G, Y, J, K)
         f += df
         steps += 1
         if (it0 + steps) % record_every == 0 and n_rec < trace.size:
@@ -414,7 +413,7 @@ def _pairs_init(Y, ec, en, indptr, nbr, div):
     U = np.empty(n, np.int64)
     V = np.empty(n, np.int64)
     for j in range(n):
-        gap[j], U[j], V[j] = _best_direction(G[j], Y[j], K)
+        gap[j], U[j], V[j] = _best_direction(G, Y, j, K)
     heap = np.empty(n, np.int64)
     where = np.empty(n, np.int64)
     _heap_build(heap, where, gap)
@@ -491,14 +490,13 @@ def _pairs_run(Y, ec, en, ea, indptr, nbr, rev, G, gap, U, V, heap, where, div, 
                 df += _dterm(div, c, nn, aold, anew)
             else:
                 wnew = wold
-            gi = G[i]
             dw = wnew - wold
             if dw != 0.0:
                 for k in range(K):
-                    gi[k] += dw * yold[k]
-            gi[u] += wnew * du
-            gi[v] += wnew * dv
-            gval, U[i], V[i] = _best_direction(gi, Y[i], K)
+                    G[i, k] += dw * yold[k]
+            G[i, u] += wnew * du
+            G[i, v] += wnew * dv
+            gval, U[i], V[i] = _best_direction(G, Y, i, K)
             if gval != gap[i]:
                 _heap_set(heap, where, gap, i, gval)
             if wnew != 0.0:
@@ -506,7 +504,7 @@ def _pairs_run(Y, ec, en, ea, indptr, nbr, rev, G, gap, U, V, heap, where, div, 
                     gnew[k] += wnew * Y[i, k]
         for k in range(K):
             G[J, k] = gnew[k]
-        gval, U[J], V[J] = _best_direction(G[J], Y[J], K)
+        gval, U[J], V[J] = _best_direction(G, Y, J, K)
         _heap_set(heap, where, gap, J, gval)
         f += df
         steps += 1
