@@ -49,6 +49,7 @@ __all__ = [
     "dense_objective",
     "kl_objective_constant",
     "line_search",
+    "build_adjacency",
 ]
 
 #: Names of the supported divergences and their kernel codes.
@@ -807,6 +808,9 @@ def pcc_descent_pairs(pairs, c, n, Y0, divergence="kl", *, max_iter=None, tol=1e
         raise ValueError("c and n must have shape (P,) matching pairs")
     if (c < 0).any() or (c > n_).any():
         raise ValueError("counts must satisfy 0 <= c_ij <= N_ij")
+    Y0 = np.asarray(Y0, dtype=np.float64)
+    if Y0.ndim != 2:
+        raise ValueError(f"Y0 must have shape (n_samples, K); got {Y0.shape}")
     Y = _prepare_y0(Y0, Y0.shape[0])
     n_samples, K = Y.shape
     keep = n_ > 0
