@@ -440,7 +440,10 @@ def sample_pairs(n_samples: int, n_pairs: int, random_state=None) -> np.ndarray:
     while chosen.size < n_pairs:
         need = n_pairs - chosen.size
         draw = rng.randint(0, total, size=int(need * 1.1) + 16, dtype=np.int64)
-        chosen = np.unique(np.concatenate([chosen, draw]))
+        # sorted unique via sort + mask: same result as np.unique, which is ~70x slower
+        # here (its hash path in numpy >= 2.3)
+        merged = np.sort(np.concatenate([chosen, draw]))
+        chosen = merged[np.concatenate([[True], merged[1:] != merged[:-1]])]
     chosen = rng.permutation(chosen)[:n_pairs]
     chosen.sort()
     # invert the linear index k -> (i, j), i < j, rows of the strict upper triangle
