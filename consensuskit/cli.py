@@ -53,19 +53,29 @@ def _import_estimator(class_name):
     return getattr(consensuskit, class_name)
 
 
-def _mm():
-    return _import_estimator("MM")(n_clusters=3, random_state=0)
+def _factory(class_name, **params):
+    """A demo entry: ``class_name`` from :mod:`consensuskit` with 3 clusters and ``params``."""
 
+    def make():
+        return _import_estimator(class_name)(random_state=0, **params)
 
-def _bce():
-    return _import_estimator("BCE")(n_clusters=3, random_state=0)
+    return make
 
 
 #: Consensus models the demo tries, in order: ``(name, factory)``.  A factory
-#: whose estimator module does not exist yet (model not merged) is skipped.
+#: whose estimator module does not exist (a trimmed installation) is skipped.
 CONSENSUS_MODELS = [
-    ("MM", _mm),
-    ("BCE", _bce),
+    ("MM", _factory("MM", n_clusters=3)),
+    ("BCE", _factory("BCE", n_clusters=3)),
+    ("NBCE (Gibbs)", _factory("NBCE", truncation=10, n_samples=100, burn_in=100, n_chains=2)),
+    ("PCC (KL)", _factory("PCC", n_clusters=3, divergence="kl")),
+    ("KCC (UH)", _factory("KCC", n_clusters=3, utility="UH")),
+    ("CSPA", _factory("CSPA", n_clusters=3)),
+    ("HGPA", _factory("HGPA", n_clusters=3)),
+    ("MCLA", _factory("MCLA", n_clusters=3)),
+    ("HBGF", _factory("HBGF", n_clusters=3)),
+    ("EAC (average)", _factory("EAC", n_clusters=3, linkage="average")),
+    ("QMI", _factory("QMI", n_clusters=3)),
 ]
 
 
@@ -126,15 +136,18 @@ def _cmd_demo(args, out):
         est.fit(ens)
         seconds = time.perf_counter() - t0
         ppl = est.perplexity(ens) if hasattr(est, "perplexity") else None
-        results.append((name, _quality_row(y, est.labels_), ppl, seconds))
+        n_found = int(np.unique(est.labels_).size)
+        results.append((name, n_found, _quality_row(y, est.labels_), ppl, seconds))
     if results:
         print("\nconsensus models", file=out)
-        print(f"{'model':<15}{'MP':>8}{'acc':>8}{'ARI':>8}{'NMI':>8}{'perplexity':>12}{'time':>8}",
-              file=out)
-        for name, q, ppl, seconds in results:
+        print(f"{'model':<15}{'K':>3}{'MP':>8}{'acc':>8}{'ARI':>8}{'NMI':>8}{'perplexity':>12}"
+              f"{'time':>8}", file=out)
+        for name, n_found, q, ppl, seconds in results:
             p = f"{ppl:>12.4f}" if ppl is not None else f"{'-':>12}"
-            print(f"{name:<15}" + "".join(f"{v:>8.3f}" for v in q) + p + f"{seconds:>7.2f}s",
-                  file=out)
+            print(f"{name:<15}{n_found:>3d}" + "".join(f"{v:>8.3f}" for v in q) + p
+                  + f"{seconds:>7.2f}s", file=out)
+        print("(K: clusters found; perplexity: training rows, generative models only)",
+              file=out)
     else:
         print("\n(no consensus model is available yet)", file=out)
     return 0
