@@ -49,8 +49,9 @@ def test_demo_runs_available_models_and_skips_missing(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "NOTYET" not in out
     row = next(ln for ln in out.splitlines() if ln.startswith("FIRST")).split()
-    assert float(row[5]) == 1.5  # perplexity column
-    assert 0.5 < float(row[1]) <= 1.0  # micro-precision of the first base partition
+    assert int(row[1]) == 3  # clusters found
+    assert float(row[6]) == 1.5  # perplexity column
+    assert 0.5 < float(row[2]) <= 1.0  # micro-precision of the first base partition
 
 
 def test_demo_shows_progress_without_quiet(capsys, monkeypatch):
