@@ -33,6 +33,41 @@ EXPECTED_FIGURES = {
     "03_extending_a_model.ipynb": ["extending_reliability", "extending_perplexity"],
 }
 
+# Test-owned checks appended as a last cell: they run in the notebook's namespace
+# and assert on its results (not only that it ran).
+CHECKS = {
+    "01_quickstart.ipynb": """
+assert len(table) == 12 and set(GENERATIVE) <= set(table.index), table.index
+gen_ppl = table.loc[sorted(GENERATIVE), ["perplexity (train)", "perplexity (held-out)"]]
+assert np.isfinite(gen_ppl.to_numpy()).all() and (gen_ppl.to_numpy() >= 1).all(), gen_ppl
+# every base clustering has 2..6 labels, so a useful model is well below 6
+assert (gen_ppl.to_numpy() < 3).all(), gen_ppl
+assert table[scores].to_numpy().min() >= -1 and table[scores].to_numpy().max() <= 1
+assert table.loc["BCE", "accuracy"] > 0.7 and table.loc["MM", "accuracy"] > 0.7, table
+""",
+    "02_posterior_analysis.ipynb": """
+assert {"r_hat", "ess_bulk"} <= set(summary.columns)
+assert set(summary.index) == set(var_names) and np.isfinite(summary["ess_bulk"]).all()
+assert abs(counts.sum() - 1) < 1e-12 and (counts.index >= 1).all()
+assert P.shape == (150, 150) and np.allclose(P, P.T) and np.allclose(np.diag(P), 1)
+assert ((doubt >= 0) & (doubt <= 1)).all() and (row_entropy >= 0).all()
+# the setosa rows are clustered together with near certainty
+setosa = truth == truth[0]
+assert P[np.ix_(setosa, setosa)].mean() > 0.9
+""",
+    "03_extending_a_model.ipynb": """
+ref_ppl, ref_se = bce_cavi_model.perplexity(ens_test.codes, return_se=True, unknown="missing")
+own_ppl, own_se = perplexity_is(bce_cavi_model.alpha_, bce_cavi_model.beta_, ens_test)
+assert abs(own_ppl - ref_ppl) < 0.01 * ref_ppl, (own_ppl, ref_ppl)
+assert np.isfinite(comparison[["train", "held-out"]].to_numpy()).all()
+assert (comparison[["train", "held-out"]].to_numpy() >= 1).all()
+# reliabilities: clean clusterings near 1, pure noise low, ordered like the accuracies
+assert rho[noise_level == 0].min() > 0.9, rho
+assert rho[noise_level == 1].max() < 0.4, rho
+assert pd.Series(rho).corr(pd.Series(column_accuracy), method="spearman") > 0.7
+""",
+}
+
 
 @pytest.fixture(scope="module")
 def kernel_dir(tmp_path_factory):
@@ -63,6 +98,9 @@ def _run(name, kernel_dir, tmp_path, monkeypatch):
 
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     _inject_quick(nb)
+    check = nbformat.v4.new_code_cell(CHECKS[name])
+    check.metadata["tags"] = ["test-checks"]
+    nb.cells.append(check)
     figures = tmp_path / "figures"
     monkeypatch.setenv("CONSENSUSKIT_FIGURES", str(figures))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
@@ -105,6 +143,7 @@ def test_notebook_executes_and_saves_figures(name, kernel_dir, tmp_path, monkeyp
     assert not _errors(nb)
     for fig in EXPECTED_FIGURES[name]:
         _check_png(figures / f"{fig}.png")
+    assert nb.cells[-1].execution_count is not None  # the checks cell ran
     # the injected QUICK = True really ran after the parameters cell
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert injected and injected[0].execution_count is not None
@@ -123,4 +162,4 @@ def test_notebooks_are_generated_and_cleared():
         for cell in on_disk.cells:
             if cell.cell_type == "code":
                 assert cell.outputs == [] and cell.execution_count is None
-    assert set(EXPECTED_FIGURES) == set(build_notebooks.notebooks())
+    assert set(EXPECTED_FIGURES) == set(build_notebooks.notebooks()) == set(CHECKS)
