@@ -577,11 +577,14 @@ fig, axes = plt.subplots(1, 2, figsize=(12, 4))
 colors = ["tab:gray", "tab:blue", "tab:red"]
 axes[0].bar(range(len(summary)), summary["held-out"], yerr=2 * summary["held-out se"],
             color=colors, capsize=6)
+for i, name in enumerate(summary.index):  # one dot per seed
+    vals = comparison.loc[comparison["model"] == name, "held-out"].to_numpy()
+    axes[0].scatter(np.full(len(vals), i), vals, color="k", s=12, zorder=3)
 axes[0].set_xticks(range(len(summary)))
 axes[0].set_xticklabels(summary.index, rotation=10)
 lo = summary["held-out"].min()
-axes[0].set_ylim(lo * 0.97, summary["held-out"].max() * 1.02)
-axes[0].set_ylabel("held-out perplexity (± 2 se)")
+axes[0].set_ylim(lo * 0.97, comparison["held-out"].max() * 1.02)
+axes[0].set_ylabel("held-out perplexity (bar: mean, dots: seeds, ± 2 IS se)")
 axes[0].set_title("held-out perplexity, lower is better")
 for (name, fits), c in zip(runs.items(), colors[1:]):
     for r in fits:
