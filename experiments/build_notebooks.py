@@ -186,6 +186,15 @@ axes[1].set_title("generative models")
 fig.tight_layout()
 save(fig, "quickstart_comparison")"""),
     ("md", """\
+**Reading the table.** NBCE chooses its own number of clusters (column
+`clusters`, averaged over repetitions); with more clusters than species,
+accuracy (one-to-one matching) penalises it while micro-precision (each
+cluster to its majority species) does not, and its perplexity is lower partly
+because more clusters fit the labels more closely.  GBCE differs from BCE only
+through the features; with tens of base clusterings the labels outweigh the
+four iris features, so the two nearly coincide here (raise `feature_weight` or
+lower `label_weight` to give the features more say, see `docs/gbce.md`).
+
 ## Where to go next
 
 * `02_posterior_analysis.ipynb`: the NBCE posterior (chains, R-hat, number of
