@@ -288,7 +288,7 @@ ax.axvline(nbce.n_clusters_, color="tab:red", ls="--", label="point consensus")
 ax.axvline(3, color="k", ls=":", label="iris species")
 ax.set_xlabel("number of occupied clusters")
 ax.set_ylabel("posterior probability")
-ax.set_xticks(counts.index)
+ax.set_xticks(range(min(3, counts.index.min()), counts.index.max() + 1))
 ax.legend(fontsize=8)
 save(fig, "posterior_n_clusters")
 per_chain.assign(**{"all chains": counts}).round(3)"""),
