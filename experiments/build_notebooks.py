@@ -5,6 +5,8 @@ and linted as plain text and so that git holds no execution output::
 
     python experiments/build_notebooks.py            # (re)write notebooks/*.ipynb
     python experiments/build_notebooks.py --check    # exit 1 if a notebook is stale
+    python experiments/build_notebooks.py --execute 03_extending_a_model.ipynb --full \
+        --output /tmp/03_full.ipynb --figures /tmp/figures   # run one, fuller mode
 
 Each notebook has a cell tagged ``parameters`` holding ``QUICK`` (small sizes,
 used by ``tests/test_notebooks.py``) and reads the figure directory from the
@@ -690,11 +692,58 @@ def notebooks() -> dict[str, nbformat.NotebookNode]:
     }
 
 
+def execute(name, *, quick=True, output=None, figures=None, timeout=3600):
+    """Run ``notebooks/<name>`` with nbclient in a kernel of this interpreter.
+
+    ``QUICK`` is set after the ``parameters`` cell; figures go to ``figures``
+    (``CONSENSUSKIT_FIGURES``); the executed notebook is written to ``output``
+    (never over the committed, output-free file).  Returns the executed notebook.
+    """
+    import json
+    import os
+    import tempfile
+
+    import nbclient
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    nb = nbformat.read(NOTEBOOK_DIR / name, as_version=4)
+    tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
+    nb.cells.insert(tagged[0] + 1, new_code_cell(f"QUICK = {bool(quick)}"))
+    root = NOTEBOOK_DIR.parent
+    if figures is not None:
+        os.environ["CONSENSUSKIT_FIGURES"] = str(Path(figures).resolve())
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    with tempfile.TemporaryDirectory() as kernels:
+        spec = Path(kernels) / "consensuskit-notebooks"
+        spec.mkdir()
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "consensuskit", "language": "python"}))
+        km = KernelManager(kernel_name="consensuskit-notebooks",
+                           kernel_spec_manager=KernelSpecManager(kernel_dirs=[kernels]))
+        nbclient.NotebookClient(nb, km=km, timeout=timeout,
+                                resources={"metadata": {"path": str(NOTEBOOK_DIR)}}).execute()
+    if output is not None:
+        nbformat.write(nb, output)
+    return nb
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="do not write; exit 1 if a notebook differs from its source")
+    parser.add_argument("--execute", metavar="NAME",
+                        help="execute notebooks/NAME (e.g. 01_quickstart.ipynb) instead")
+    parser.add_argument("--full", action="store_true", help="with --execute: QUICK = False")
+    parser.add_argument("--output", help="with --execute: where to write the executed notebook")
+    parser.add_argument("--figures", help="with --execute: figure directory")
     args = parser.parse_args(argv)
+    if args.execute:
+        execute(args.execute, quick=not args.full, output=args.output, figures=args.figures)
+        print("executed", args.execute, "QUICK =", not args.full)
+        return 0
     NOTEBOOK_DIR.mkdir(exist_ok=True)
     stale = []
     for name, nb in notebooks().items():
