@@ -61,7 +61,15 @@ def resolve_device(device):
     """Turn ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a torch.device into a torch.device."""
     import torch
 
-    dev = torch.device(device) if not isinstance(device, torch.device) else device
+    if isinstance(device, torch.device):
+        dev = device
+    elif isinstance(device, str):
+        try:
+            dev = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"device must be 'cpu' or 'cuda'; got {device!r}") from None
+    else:
+        raise TypeError(f"device must be a string or torch.device; got {device!r}")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} was requested but CUDA is not available")
     if dev.type not in ("cpu", "cuda"):

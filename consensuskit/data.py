@@ -46,7 +46,26 @@ def _to_numpy(X) -> np.ndarray:
         raise ValueError(
             "labels must be a 2-D array-like of shape (n_samples, n_partitions); got a scalar"
         )
-    return np.asarray(X, dtype=object) if _is_ragged_or_mixed(X) else np.asarray(X)
+    if _is_ragged_or_mixed(X):
+        _check_not_ragged(X)
+        return np.asarray(X, dtype=object)
+    return np.asarray(X)
+
+
+def _check_not_ragged(X) -> None:
+    """Raise if a nested sequence has rows of different lengths (numpy would make it 1-D)."""
+    try:
+        lengths = [len(row) for row in X]
+    except TypeError:  # some rows are scalars
+        lengths = [len(row) if hasattr(row, "__len__") and not isinstance(row, str) else None
+                   for row in X]
+    if len(set(lengths)) > 1:
+        first = lengths[0]
+        i = next(i for i, n in enumerate(lengths) if n != first)
+        raise ValueError(
+            f"labels are ragged: row 0 has {first} entries but row {i} has {lengths[i]}; "
+            "every row needs one label per base clustering"
+        )
 
 
 def _has_pandas_na(df) -> bool:

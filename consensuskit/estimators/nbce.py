@@ -206,6 +206,8 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         check_positive_float(self.tol, "tol")
         if not isinstance(self.update_hyper, (bool, np.bool_)):
             raise TypeError(f"update_hyper must be a bool; got {self.update_hyper!r}")
+        resolve_dtype(self.dtype)  # checked for every engine, used by VB / CVB
+        resolve_device(self.device)
         return T
 
     def _fit(self, ens: Ensemble):
@@ -384,8 +386,11 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         return float(ll.sum()), 0.0
 
     # -------------------------------------------------------------- predict
-    def predict_proba(self, X):
+    def predict_proba(self, X, unknown="error"):
         """Soft assignment of new rows to the consensus clusters, (n, n_clusters_).
+
+        ``unknown="missing"`` treats a label that its column never showed during
+        fit as missing; the default ``"error"`` raises a ValueError.
 
         Gibbs: the responsibilities under each draw's posterior-mean parameters,
         mapped to the consensus clusters through the draw's matching, averaged
@@ -394,7 +399,7 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         restricted to the kept clusters.
         """
         check_is_fitted(self, "labels_")
-        ens = X if isinstance(X, Ensemble) else self._encode_new(X, unknown="missing")
+        ens = X if isinstance(X, Ensemble) else self._encode_new(X, unknown=unknown)
         idx = ens.offset_index()
         n = idx.shape[0]
         K = self.n_clusters_
@@ -418,6 +423,6 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         tot[bad] = 1.0
         return P / tot
 
-    def predict(self, X):
+    def predict(self, X, unknown="error"):
         """Hard consensus cluster of new rows (argmax of :meth:`predict_proba`)."""
-        return self.predict_proba(X).argmax(1).astype(np.int64)
+        return self.predict_proba(X, unknown=unknown).argmax(1).astype(np.int64)
