@@ -117,6 +117,15 @@ class ConsensusEstimator(ClusterMixin, BaseEstimator):
     and any other fitted attributes.
     """
 
+    def __sklearn_tags__(self):
+        # X is a matrix of integer labels (categorical), -1 or NaN = missing;
+        # scikit-learn's estimator checks then feed rounded, shifted integers.
+        tags = super().__sklearn_tags__()
+        tags.input_tags.categorical = True
+        tags.input_tags.allow_nan = True
+        tags.input_tags.sparse = False
+        return tags
+
     def fit(self, X, y=None):
         """Fit the consensus on base clusterings ``X`` (array-like or :class:`Ensemble`)."""
         ens = as_ensemble(X)
@@ -148,6 +157,13 @@ class ConsensusEstimator(ClusterMixin, BaseEstimator):
     def _encode_new(self, X, unknown: str = "error") -> Ensemble:
         """Encode rows for fold-in with the coding learned in ``fit``."""
         check_is_fitted(self, "ensemble_")
+        if not isinstance(X, Ensemble):
+            shape = np.shape(X) if isinstance(X, np.ndarray) else None
+            if shape is not None and len(shape) == 2 and shape[1] != self.n_features_in_:
+                raise ValueError(
+                    f"X has {shape[1]} features, but {type(self).__name__} is expecting "
+                    f"{self.n_features_in_} features as input (one per base clustering)"
+                )
         return self.ensemble_.encode(X, unknown=unknown)
 
 

@@ -144,7 +144,8 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         Final (VB/CVB) or posterior-mean (Gibbs) hyper-parameters.
     lower_bound_, lower_bounds_, n_iter_, converged_
         VB: the ELBO (non-decreasing).  CVB: its first-order approximation
-        (monitoring only, not guaranteed monotone).  Not set for Gibbs.
+        (monitoring only, not guaranteed monotone).  For Gibbs only ``n_iter_``
+        is set: the number of sweeps per chain, ``burn_in + n_samples * thin``.
     """
 
     def __init__(
@@ -228,6 +229,7 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
             n_chains=self.n_chains, random_state=rs, verbose=self.verbose,
         )
         self.samples_ = out
+        self.n_iter_ = int(self.burn_in + self.n_samples * self.thin)  # sweeps per chain
         C, S = out["log_joint"].shape
         Z = out["z"].reshape(C * S, -1)
         labels, best = point_consensus(Z, random_state=rs)
