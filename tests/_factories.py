@@ -49,7 +49,7 @@ FAST = {
     "BCE": {"n_init": 1, "max_iter": 10},
     "GBCE": {"n_init": 1, "max_iter": 10},
     "NBCE": {"truncation": 4, "n_samples": 5, "burn_in": 2, "n_chains": 1},
-    "PCC": {"max_iter": 10},
+    "PCC": {},
     "KCC": {"n_init": 1},
     "CSPA": {},
     "HGPA": {"n_init": 1},
