@@ -33,15 +33,15 @@ def _to_numpy(X) -> np.ndarray:
     """Turn numpy / torch / pandas / nested-list input into a numpy array."""
     if isinstance(X, Ensemble):
         raise TypeError("already an Ensemble")
-    if X is None or isinstance(X, (dict, set, frozenset)):
-        raise TypeError(
-            "labels must be a 2-D array-like of shape (n_samples, n_partitions); "
-            f"got {type(X).__name__}"
-        )
     if sp.issparse(X):
         raise TypeError(
             "sparse input is not supported: pass the label matrix as a dense array "
             "(missing labels as -1 or NaN)"
+        )
+    if X is None or isinstance(X, (dict, set, frozenset)):
+        raise TypeError(
+            "labels must be a 2-D array-like of shape (n_samples, n_partitions); "
+            f"got {type(X).__name__}"
         )
     try:  # torch without importing it eagerly
         import torch

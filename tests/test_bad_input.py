@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from _factories import ESTIMATORS, K_PARAM
 from _factories import make_fast as make
 from sklearn.exceptions import NotFittedError
@@ -61,6 +62,8 @@ def _param_case(id, what, param, value, match, error=(ValueError, TypeError), on
 
 
 DATA_CASES = [
+    Case("sparse", "a scipy sparse matrix", TypeError, r"sparse input is not supported",
+         lambda n: sp.csr_matrix(GOOD)),
     Case(
         "1d",
         "1-D array instead of (n_samples, n_partitions)",
@@ -312,12 +315,19 @@ def fitted(name):
 PREDICT_METHODS = ["predict", "predict_proba", "perplexity", "score"]
 
 
-@pytest.mark.parametrize("method", PREDICT_METHODS)
-@pytest.mark.parametrize("name", ESTIMATORS)
+def _with_methods():
+    """(estimator, method) pairs that exist: PCC, KCC and the comparison functions only fit."""
+    return [
+        pytest.param(name, method, id=f"{name}-{method}")
+        for name in ESTIMATORS
+        for method in PREDICT_METHODS
+        if hasattr(make(name), method)
+    ]
+
+
+@pytest.mark.parametrize("name, method", _with_methods())
 def test_unfitted(name, method):
     est = make(name)
-    if not hasattr(est, method):
-        pytest.skip(f"{name} has no {method}")
     with pytest.raises(NotFittedError, match="not fitted"):
         getattr(est, method)(GOOD)
 
@@ -356,12 +366,8 @@ PREDICT_CASES = [
 
 
 @pytest.mark.parametrize("case", PREDICT_CASES, ids=lambda c: c.id)
-@pytest.mark.parametrize("method", PREDICT_METHODS)
-@pytest.mark.parametrize("name", ESTIMATORS)
+@pytest.mark.parametrize("name, method", _with_methods())
 def test_bad_new_rows(name, method, case):
-    est = make(name)
-    if not hasattr(est, method):
-        pytest.skip(f"{name} has no {method}")
     with pytest.raises(case.error, match=case.match):
         getattr(fitted(name), method)(case.build(name))
 
