@@ -57,7 +57,14 @@ def fingerprint(ensemble) -> str:
 
 
 def _params(est):
-    return {k: v for k, v in est.get_params(deep=False).items() if k not in _FREE}
+    """Hyper-parameters that must match on resume (a generator object compares by type:
+    its state at the time of the checkpoint is restored from the checkpoint)."""
+    out = {}
+    for k, v in est.get_params(deep=False).items():
+        if k in _FREE:
+            continue
+        out[k] = f"<{type(v).__name__}>" if isinstance(v, np.random.RandomState) else v
+    return out
 
 
 def read_checkpoint(path, est, ensemble, extra_digest: str = "") -> dict:
