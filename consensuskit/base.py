@@ -162,7 +162,7 @@ class ConsensusEstimator(ClusterMixin, BaseEstimator):
             if shape is not None and len(shape) == 2 and shape[1] != self.n_features_in_:
                 raise ValueError(
                     f"X has {shape[1]} features, but {type(self).__name__} is expecting "
-                    f"{self.n_features_in_} features as input (one per base clustering)"
+                    f"{self.n_features_in_} features as input (the features are base clusterings)"
                 )
         return self.ensemble_.encode(X, unknown=unknown)
 
