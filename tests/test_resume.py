@@ -188,3 +188,15 @@ def test_callback_must_be_callable():
         consensuskit.BCE(n_clusters=3, callback=3).fit(X)
     with pytest.raises(ValueError, match="checkpoint_every"):
         consensuskit.NBCE(5, checkpoint_every=0).fit(X)
+
+
+def test_nbce_resume_with_fixed_hyperparameters(tmp_path):
+    """With update_hyper=False the sampler's float tables are updated incrementally (never
+    rebuilt from the counts), so the checkpoint must carry them as they are."""
+    full = _fit_engine("NBCE", update_hyper=False)
+    path = tmp_path / "run.ck"
+    _fit_engine("NBCE", path=path, stop_at=23, update_hyper=False)
+    resumed = _fit_engine("NBCE", resume=path, update_hyper=False)
+    np.testing.assert_array_equal(resumed.samples_["z"], full.samples_["z"])
+    np.testing.assert_array_equal(resumed.samples_["log_joint"], full.samples_["log_joint"])
+    np.testing.assert_array_equal(resumed.labels_, full.labels_)
