@@ -61,7 +61,15 @@ def resolve_device(device):
     """Turn ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a torch.device into a torch.device."""
     import torch
 
-    dev = torch.device(device) if not isinstance(device, torch.device) else device
+    if isinstance(device, torch.device):
+        dev = device
+    elif isinstance(device, str):
+        try:
+            dev = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"device must be 'cpu' or 'cuda'; got {device!r}") from None
+    else:
+        raise TypeError(f"device must be a string or torch.device; got {device!r}")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} was requested but CUDA is not available")
     if dev.type not in ("cpu", "cuda"):
@@ -109,6 +117,15 @@ class ConsensusEstimator(ClusterMixin, BaseEstimator):
     and any other fitted attributes.
     """
 
+    def __sklearn_tags__(self):
+        # X is a matrix of integer labels (categorical), -1 or NaN = missing;
+        # scikit-learn's estimator checks then feed rounded, shifted integers.
+        tags = super().__sklearn_tags__()
+        tags.input_tags.categorical = True
+        tags.input_tags.allow_nan = True
+        tags.input_tags.sparse = False
+        return tags
+
     def fit(self, X, y=None):
         """Fit the consensus on base clusterings ``X`` (array-like or :class:`Ensemble`)."""
         ens = as_ensemble(X)
@@ -140,6 +157,13 @@ class ConsensusEstimator(ClusterMixin, BaseEstimator):
     def _encode_new(self, X, unknown: str = "error") -> Ensemble:
         """Encode rows for fold-in with the coding learned in ``fit``."""
         check_is_fitted(self, "ensemble_")
+        if not isinstance(X, Ensemble):
+            shape = np.shape(X) if isinstance(X, np.ndarray) else None
+            if shape is not None and len(shape) == 2 and shape[1] != self.n_features_in_:
+                raise ValueError(
+                    f"X has {shape[1]} features, but {type(self).__name__} is expecting "
+                    f"{self.n_features_in_} features as input (the features are base clusterings)"
+                )
         return self.ensemble_.encode(X, unknown=unknown)
 
 

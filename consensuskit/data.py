@@ -33,6 +33,16 @@ def _to_numpy(X) -> np.ndarray:
     """Turn numpy / torch / pandas / nested-list input into a numpy array."""
     if isinstance(X, Ensemble):
         raise TypeError("already an Ensemble")
+    if sp.issparse(X):
+        raise TypeError(
+            "sparse input is not supported: pass the label matrix as a dense array "
+            "(missing labels as -1 or NaN)"
+        )
+    if X is None or isinstance(X, (dict, set, frozenset)):
+        raise TypeError(
+            "labels must be a 2-D array-like of shape (n_samples, n_partitions); "
+            f"got {type(X).__name__}"
+        )
     try:  # torch without importing it eagerly
         import torch
 
@@ -46,7 +56,26 @@ def _to_numpy(X) -> np.ndarray:
         raise ValueError(
             "labels must be a 2-D array-like of shape (n_samples, n_partitions); got a scalar"
         )
-    return np.asarray(X, dtype=object) if _is_ragged_or_mixed(X) else np.asarray(X)
+    if _is_ragged_or_mixed(X):
+        _check_not_ragged(X)
+        return np.asarray(X, dtype=object)
+    return np.asarray(X)
+
+
+def _check_not_ragged(X) -> None:
+    """Raise if a nested sequence has rows of different lengths (numpy would make it 1-D)."""
+    try:
+        lengths = [len(row) for row in X]
+    except TypeError:  # some rows are scalars
+        lengths = [len(row) if hasattr(row, "__len__") and not isinstance(row, str) else None
+                   for row in X]
+    if len(set(lengths)) > 1:
+        first = lengths[0]
+        i = next(i for i, n in enumerate(lengths) if n != first)
+        raise ValueError(
+            f"labels are ragged: row 0 has {first} entries but row {i} has {lengths[i]}; "
+            "every row needs one label per base clustering"
+        )
 
 
 def _has_pandas_na(df) -> bool:
@@ -86,6 +115,12 @@ def _object_to_float(A: np.ndarray) -> np.ndarray:
             out[i, j] = float(v)
         elif isinstance(v, numbers.Real):
             out[i, j] = float(v)
+        elif not isinstance(v, (str, bytes, np.str_, np.bytes_, numbers.Number)):
+            raise TypeError(
+                f"label at row {i}, column {j} is {v!r} of type {type(v).__name__}: the "
+                "argument must be an integer, not a string or an object (labels are "
+                "integer numbers; missing: -1, NaN or None)"
+            )
         else:
             raise ValueError(
                 f"label at row {i}, column {j} is {v!r} of type {type(v).__name__}; "
@@ -131,7 +166,8 @@ def _labels_to_int(A: np.ndarray) -> np.ndarray:
             )
         L = np.where(finite, A, -1).astype(np.int64)
     else:
-        raise ValueError(f"labels must be integers; got dtype {A.dtype}")
+        what = "Complex data not supported: " if A.dtype.kind == "c" else ""
+        raise ValueError(f"{what}labels must be integers; got dtype {A.dtype}")
     bad = L < -1
     if bad.any():
         i, j = np.argwhere(bad)[0]
@@ -190,14 +226,23 @@ class Ensemble:
             return X
         A = _to_numpy(X)
         if A.ndim != 2:
-            hint = " (use X.reshape(-1, 1) for a single base clustering)" if A.ndim == 1 else ""
+            hint = (
+                " (Reshape your data with X.reshape(-1, 1) if it holds a single base clustering)"
+                if A.ndim == 1
+                else ""
+            )
             raise ValueError(
                 f"labels must be 2-D of shape (n_samples, n_partitions); got {A.ndim}-D "
                 f"with shape {A.shape}{hint}"
             )
         if A.shape[0] == 0 or A.shape[1] == 0:
+            what = (
+                f"0 sample(s) (shape={A.shape}) while a minimum of 1 is required"
+                if A.shape[0] == 0
+                else f"0 feature(s) (shape={A.shape}) while a minimum of 1 is required"
+            )
             raise ValueError(
-                f"labels are empty: shape {A.shape}; need at least one sample and one partition"
+                f"labels are empty: {what}; need at least one sample and one base clustering"
             )
         L = _labels_to_int(A)
         observed = L >= 0
@@ -242,7 +287,8 @@ class Ensemble:
             X = X.decode()
         A = _to_numpy(X)
         if A.ndim != 2:
-            raise ValueError(f"labels must be 2-D; got {A.ndim}-D with shape {A.shape}")
+            hint = " (Reshape your data with X.reshape(1, -1) for one row)" if A.ndim == 1 else ""
+            raise ValueError(f"labels must be 2-D; got {A.ndim}-D with shape {A.shape}{hint}")
         if A.shape[1] != self.n_partitions:
             raise ValueError(
                 f"X has {A.shape[1]} base clusterings (columns); the fitted ensemble has "

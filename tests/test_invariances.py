@@ -11,7 +11,7 @@ Hypothesis draws the permutations and relabellings.
 
 import numpy as np
 import pytest
-from _factories import FACTORIES
+from _factories import ESTIMATORS, FACTORIES, make_fast
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import adjusted_rand_score
@@ -78,3 +78,17 @@ def test_relabelling_one_column_invariance(name, column, seed):
 def test_column_permutation_invariance(name, seed):
     perm = np.random.default_rng(seed).permutation(X0.shape[1])
     assert adjusted_rand_score(_fit(name, X0), _fit(name, X0[:, perm])) == 1.0
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_every_estimator_same_random_state_same_result(name):
+    """Beyond the four models above: all twelve estimators are deterministic on CPU."""
+    def fit():
+        est = make_fast(name, **({"truncation": 5} if name == "NBCE" else {"n_clusters": 3}))
+        est.set_params(random_state=11)
+        return est.fit(X0)
+
+    a, b = fit(), fit()
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    if hasattr(a, "membership_"):
+        np.testing.assert_array_equal(a.membership_, b.membership_)

@@ -454,10 +454,10 @@ def test_perplexity_at_least_one_and_predict(inference, prior, split_data):
     assert 1.0 <= p_tr < 0.8 * uniform_ppl(tr)
     assert 1.0 <= p_te < 0.8 * uniform_ppl(te)
     assert se >= 0 and (se > 0) == (inference == "gibbs")
-    P = m.predict_proba(te)
+    P = m.predict_proba(te, unknown="missing")
     assert P.shape == (te.shape[0], m.n_clusters_)
     np.testing.assert_allclose(P.sum(1), 1.0)
-    np.testing.assert_array_equal(m.predict(te), P.argmax(1))
+    np.testing.assert_array_equal(m.predict(te, unknown="missing"), P.argmax(1))
     assert m.membership_.shape == (tr.shape[0], m.n_clusters_)
     assert m.labels_.max() + 1 == m.n_clusters_
     if inference != "gibbs":
@@ -496,7 +496,8 @@ def test_counts_recomputed_from_z_match_stored(split_data):
         del b.samples_[key]
     assert b.perplexity(te, unknown="missing") == pytest.approx(
         a.perplexity(te, unknown="missing"), rel=1e-12)
-    np.testing.assert_allclose(b.predict_proba(te), a.predict_proba(te))
+    np.testing.assert_allclose(b.predict_proba(te, unknown="missing"),
+                               a.predict_proba(te, unknown="missing"))
 
 
 def test_point_consensus_picks_the_draw_matching_co_clustering():

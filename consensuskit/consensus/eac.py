@@ -71,7 +71,8 @@ class EAC(ConsensusEstimator):
           one-hot rows (``||x_i - x_j||^2 = 2 (r - c_ij)``), so Ward's criterion
           is exact in that embedding; with missing labels it is the same formula
           on ``c_ij / n_ij`` (a pseudo-Euclidean approximation).
-    random_state : ignored (EAC is deterministic); kept for a uniform API.
+    random_state : unused (EAC is deterministic); kept for a uniform API and
+        checked like everywhere else.
 
     Notes
     -----
@@ -87,11 +88,13 @@ class EAC(ConsensusEstimator):
 
     def _fit(self, ensemble: Ensemble):
         from scipy.cluster.hierarchy import fcluster, linkage
+        from sklearn.utils import check_random_state
 
         N = ensemble.n_samples
         K = check_n_clusters(self.n_clusters, N)
         if self.linkage not in _LINKAGES:
             raise ValueError(f"linkage must be one of {_LINKAGES}; got {self.linkage!r}")
+        check_random_state(self.random_state)  # unused, but a bad value is not ignored
         if N == 1:
             self.labels_ = np.zeros(1, dtype=np.int64)
             return self

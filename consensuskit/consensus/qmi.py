@@ -65,4 +65,5 @@ class QMI(ConsensusEstimator):
         self.labels_ = inv.astype(np.int64)
         self.n_clusters_ = int(self.labels_.max() + 1)
         self.inertia_ = float(km.inertia_)
+        self.n_iter_ = int(km.n_iter_)
         return self

@@ -20,7 +20,8 @@ from ..base import (
     resolve_dtype,
     torch_generator,
 )
-from ..data import Ensemble
+from ..checkpoint import RunMonitor, check_checkpoint_params, read_checkpoint
+from ..data import Ensemble, as_ensemble
 from ..inference import bce_cavi as cavi
 
 __all__ = ["BCE"]
@@ -73,6 +74,17 @@ class BCE(GenerativeMixin, ConsensusEstimator):
     dtype : {"float64", "float32"} or torch dtype, default "float64"
     verbose : bool, default False
         Show a progress bar over EM iterations / SVI steps.
+    callback : callable or None
+        cavi: ``callback(state)`` after every EM iteration; ``state`` is a dict with
+        ``restart``, ``iteration``, ``lower_bound``, ``engine`` (alpha, beta, gamma,
+        bounds of the running restart), ``runs`` (finished restarts) and ``rs`` (the
+        random state).  Returning ``False`` stops the fit: the best restart so far
+        (the current one included) is kept and ``stopped_`` is True.
+    checkpoint_path : str, path-like or None
+        cavi: write the resumable state there every ``checkpoint_every`` iterations
+        and when the callback stops the fit; continue with
+        ``fit(X, resume_from=checkpoint_path)`` (see :mod:`consensuskit.checkpoint`).
+    checkpoint_every : int, default 10
 
     Attributes
     ----------
@@ -95,12 +107,15 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         True if every restart hit the degenerate optimum (a warning is issued).
     n_degenerate_ : int
         Number of restarts flagged degenerate (``sum(alpha) > 10 * max_i V_i``).
+    stopped_ : bool
+        True if the callback stopped the fit.
     """
 
     def __init__(self, n_clusters=2, *, inference="cavi", max_iter=100, tol=1e-6, n_init=3,
                  inner_iter=5, init="kmeans", smoothing=1e-6, batch_size=None,
                  learning_rate=0.05, n_perplexity_samples=200, random_state=None,
-                 device="cpu", dtype="float64", verbose=False):
+                 device="cpu", dtype="float64", verbose=False, callback=None,
+                 checkpoint_path=None, checkpoint_every=10):
         self.n_clusters = n_clusters
         self.inference = inference
         self.max_iter = max_iter
@@ -116,6 +131,9 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         self.device = device
         self.dtype = dtype
         self.verbose = verbose
+        self.callback = callback
+        self.checkpoint_path = checkpoint_path
+        self.checkpoint_every = checkpoint_every
 
     # ------------------------------------------------------------------ fitting
     def _validate(self, ensemble):
@@ -133,14 +151,83 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         check_positive_float(self.learning_rate, "learning_rate")
         if self.batch_size is not None:
             check_positive_int(self.batch_size, "batch_size")
+        check_checkpoint_params(self)
+        if self.inference == "svi" and (
+            self.callback is not None or self.checkpoint_path is not None
+        ):
+            raise ValueError("callback and checkpoint_path need inference='cavi'")
         return K, resolve_device(self.device), resolve_dtype(self.dtype)
+
+    def fit(self, X, y=None, resume_from=None):
+        """Fit on base clusterings ``X`` (N, M); ``resume_from``: a checkpoint file.
+
+        ``resume_from`` continues the run saved there by ``checkpoint_path`` (same
+        data and hyper-parameters, else ValueError) and ends exactly where the
+        uninterrupted run ends.
+        """
+        ens = as_ensemble(X)
+        self.ensemble_ = ens
+        self.n_features_in_ = ens.n_partitions
+        self._fit(ens, resume=self._read_resume(resume_from, ens))
+        return self
+
+    def _read_resume(self, resume_from, ens, extra_digest=""):
+        if resume_from is None:
+            return None
+        if self.inference != "cavi":
+            raise ValueError("resume_from needs inference='cavi'")
+        return read_checkpoint(resume_from, self, ens, extra_digest)
+
+    def _run_restarts(self, ensemble, K, rs, engine, resume=None, extra_digest=""):
+        """``n_init`` restarts of ``engine(beta0, callback, resume)``, checkpointed.
+
+        Returns the list of engine results and whether the callback stopped the fit.
+        """
+        runs, start, engine_state = [], 0, None
+        if resume is not None:
+            start, runs, engine_state = resume["restart"], list(resume["runs"]), resume["engine"]
+            rs.set_state(resume["rs"])
+        current = [start]
+
+        def snapshot(st):  # the engine does not draw from rs, so rs is as after the init
+            return {"restart": current[0], "iteration": st["iteration"],
+                    "lower_bound": st["lower_bound"], "rs": rs.get_state(),
+                    "runs": list(runs), "engine": st}
+
+        monitor = RunMonitor(self, ensemble, snapshot, extra_digest)
+        name = type(self).__name__
+        for r in range(start, self.n_init):
+            current[0] = r
+            if engine_state is None:
+                beta0 = self._init_beta(ensemble, K, rs)
+            else:
+                beta0 = engine_state["beta"]
+            bar = None
+            if self.verbose:
+                from tqdm.auto import tqdm
+
+                bar = tqdm(total=self.max_iter, desc=f"{name} restart {r + 1}/{self.n_init}")
+
+            def callback(st, bar=bar):
+                if bar is not None:
+                    bar.update(1)
+                return monitor(st)
+
+            res = engine(beta0, callback, engine_state)
+            engine_state = None
+            if bar is not None:
+                bar.close()
+            runs.append(res)
+            if res["stopped"]:
+                break
+        return runs, monitor.stopped
 
     def _init_beta(self, ensemble, K, rs):
         if self.init == "kmeans":
             return cavi.init_beta_kmeans(ensemble, K, rs)
         return cavi.init_beta_random(ensemble, K, rs)
 
-    def _fit(self, ensemble: Ensemble):
+    def _fit(self, ensemble: Ensemble, resume=None):
         K, dev, dtype = self._validate(ensemble)
         self._device, self._dtype = dev, dtype
         rs = check_random_state(self.random_state)
@@ -154,23 +241,17 @@ class BCE(GenerativeMixin, ConsensusEstimator):
                           random_state=rs, verbose=self.verbose)
             degenerate_all = False
             self.n_degenerate_ = 0
+            self.stopped_ = False
         else:
-            best = None
-            runs = []
-            for r in range(self.n_init):
-                beta0 = self._init_beta(ensemble, K, rs)
-                bar = None
-                if self.verbose:
-                    from tqdm.auto import tqdm
-
-                    bar = tqdm(total=self.max_iter, desc=f"BCE restart {r + 1}/{self.n_init}")
-                res = cavi.variational_em(
+            def engine(beta0, callback, state):
+                return cavi.variational_em(
                     data, K, beta0, max_iter=self.max_iter, tol=self.tol,
-                    inner_iter=self.inner_iter, smoothing=self.smoothing,
-                    callback=(lambda it, lb, b=bar: b.update(1)) if bar else None)
-                if bar is not None:
-                    bar.close()
-                runs.append(res)
+                    inner_iter=self.inner_iter, smoothing=self.smoothing, callback=callback,
+                    resume=state)
+
+            runs, self.stopped_ = self._run_restarts(ensemble, K, rs, engine, resume)
+            best = None
+            for res in runs:
                 key = (not res["degenerate"], res["bounds"][-1])
                 if best is None or key > best[0]:
                     best = (key, res)

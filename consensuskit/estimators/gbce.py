@@ -16,6 +16,7 @@ from ..base import (
     resolve_device,
     resolve_dtype,
 )
+from ..checkpoint import check_checkpoint_params
 from ..data import Ensemble, as_ensemble
 from ..inference import bce_cavi
 from ..inference import gbce_cavi as cavi
@@ -69,6 +70,15 @@ def _check_features(features, n_rows, n_cols=None, *, fitting):
     return F
 
 
+def _features_digest(F) -> str:
+    """Digest of the feature matrix (NaN included), so a checkpoint refuses other features."""
+    if F is None:
+        return ""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(F, dtype=np.float64).tobytes()).hexdigest()
+
+
 class GBCE(BCE):
     """Generalized Bayesian cluster ensemble: consensus from base labels *and* features.
 
@@ -109,8 +119,9 @@ class GBCE(BCE):
     inference : {"cavi"}
         Variational EM (no SVI engine for GBCE).
     max_iter, tol, n_init, inner_iter, init, smoothing, n_perplexity_samples, random_state,
-    device, dtype, verbose
-        As in :class:`~consensuskit.estimators.bce.BCE`.
+    device, dtype, verbose, callback, checkpoint_path, checkpoint_every
+        As in :class:`~consensuskit.estimators.bce.BCE` (the callback's ``engine``
+        state also holds ``mu`` and ``sigma2``).
 
     Attributes
     ----------
@@ -143,7 +154,7 @@ class GBCE(BCE):
                  feature_likelihood="gaussian", feature_smoothing=1e-2, inference="cavi",
                  max_iter=100, tol=1e-6, n_init=3, inner_iter=5, init="kmeans", smoothing=1e-6,
                  n_perplexity_samples=200, random_state=None, device="cpu", dtype="float64",
-                 verbose=False):
+                 verbose=False, callback=None, checkpoint_path=None, checkpoint_every=10):
         self.n_clusters = n_clusters
         self.label_weight = label_weight
         self.feature_weight = feature_weight
@@ -161,6 +172,9 @@ class GBCE(BCE):
         self.device = device
         self.dtype = dtype
         self.verbose = verbose
+        self.callback = callback
+        self.checkpoint_path = checkpoint_path
+        self.checkpoint_every = checkpoint_every
 
     # ------------------------------------------------------------------ checks
     def _validate(self, ensemble):
@@ -180,6 +194,7 @@ class GBCE(BCE):
         check_positive_float(self.tol, "tol", allow_zero=True)
         check_positive_float(self.smoothing, "smoothing")
         check_positive_float(self.feature_smoothing, "feature_smoothing", allow_zero=True)
+        check_checkpoint_params(self)
         return K, resolve_device(self.device), resolve_dtype(self.dtype)
 
     def _weights(self, value, size, name):
@@ -200,7 +215,7 @@ class GBCE(BCE):
         return w
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X, y=None, features=None):
+    def fit(self, X, y=None, features=None, resume_from=None):
         """Fit on base clusterings ``X`` (N, M) and original features ``features`` (N, D).
 
         Parameters
@@ -211,6 +226,9 @@ class GBCE(BCE):
         features : array-like (N, D) of float or None
             Row ``i`` describes the point of row ``i`` of ``X``; NaN = missing value.
             None fits BCE (every feature weight 0).
+        resume_from : path or None
+            Continue the run checkpointed there (``checkpoint_path``), on the same
+            labels, features and hyper-parameters.
 
         Raises
         ------
@@ -225,7 +243,8 @@ class GBCE(BCE):
             F = _check_features(features, ens.n_samples, fitting=True)
         self.ensemble_ = ens
         self.n_features_in_ = ens.n_partitions
-        self._fit(ens, F)
+        digest = _features_digest(F)
+        self._fit(ens, F, resume=self._read_resume(resume_from, ens, digest), digest=digest)
         return self
 
     def fit_predict(self, X, y=None, features=None):
@@ -256,30 +275,22 @@ class GBCE(BCE):
             w[const] = 0.0
         return u, w, center, spread
 
-    def _fit(self, ensemble: Ensemble, F=None):
+    def _fit(self, ensemble: Ensemble, F=None, resume=None, digest=""):
         K, dev, dtype = self._validate(ensemble)
         self._device, self._dtype = dev, dtype
         u, w, center, spread = self._resolve_weights(ensemble, F)
         rs = check_random_state(self.random_state)
         data = cavi.prepare_data(ensemble, F, u, w if F is not None else 0.0, device=dev,
                                  dtype=dtype, center=center, spread=spread)
-        best = None
-        runs = []
-        for r in range(self.n_init):
-            beta0 = self._init_beta(ensemble, K, rs)
-            bar = None
-            if self.verbose:
-                from tqdm.auto import tqdm
-
-                bar = tqdm(total=self.max_iter, desc=f"GBCE restart {r + 1}/{self.n_init}")
-            res = cavi.variational_em(
+        def engine(beta0, callback, state):
+            return cavi.variational_em(
                 data, K, beta0, max_iter=self.max_iter, tol=self.tol,
                 inner_iter=self.inner_iter, smoothing=self.smoothing,
-                feature_smoothing=self.feature_smoothing,
-                callback=(lambda it, lb, b=bar: b.update(1)) if bar else None)
-            if bar is not None:
-                bar.close()
-            runs.append(res)
+                feature_smoothing=self.feature_smoothing, callback=callback, resume=state)
+
+        runs, self.stopped_ = self._run_restarts(ensemble, K, rs, engine, resume, digest)
+        best = None
+        for res in runs:
             key = (not res["degenerate"], res["bounds"][-1])
             if best is None or key > best[0]:
                 best = (key, res)

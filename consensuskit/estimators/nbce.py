@@ -17,7 +17,8 @@ from ..base import (
     resolve_dtype,
     torch_generator,
 )
-from ..data import Ensemble
+from ..checkpoint import RunMonitor, check_checkpoint_params, read_checkpoint
+from ..data import Ensemble, as_ensemble
 from ..inference.arviz_adapter import to_inference_data
 from ..inference.nbce_cvb import cvb_nbce
 from ..inference.nbce_gibbs import (
@@ -121,6 +122,19 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         VB / CVB device.
     verbose : bool, default False
         Progress bars.
+    callback : callable or None
+        Gibbs: ``callback(state)`` after every sweep; ``state`` has ``chain``,
+        ``iteration`` (sweeps done in the chain), ``draws`` (retained so far in the
+        chain) and the sampler's state (see
+        :func:`~consensuskit.inference.nbce_gibbs.gibbs_nbce`).  Returning ``False``
+        stops the fit: the summaries then use the chains finished so far, or the
+        draws of the first chain if none is finished (``stopped_`` is True); if no
+        draw was retained yet, fit raises ValueError (resume from the checkpoint).
+    checkpoint_path : str, path-like or None
+        Gibbs: write the resumable sampler state there every ``checkpoint_every``
+        sweeps and when the callback stops the run; continue with
+        ``fit(X, resume_from=checkpoint_path)`` (:mod:`consensuskit.checkpoint`).
+    checkpoint_every : int, default 10
 
     Attributes
     ----------
@@ -144,7 +158,8 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         Final (VB/CVB) or posterior-mean (Gibbs) hyper-parameters.
     lower_bound_, lower_bounds_, n_iter_, converged_
         VB: the ELBO (non-decreasing).  CVB: its first-order approximation
-        (monitoring only, not guaranteed monotone).  Not set for Gibbs.
+        (monitoring only, not guaranteed monotone).  For Gibbs only ``n_iter_``
+        is set: the number of sweeps per chain, ``burn_in + n_samples * thin``.
     """
 
     def __init__(
@@ -166,6 +181,9 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         dtype="float64",
         device="cpu",
         verbose=False,
+        callback=None,
+        checkpoint_path=None,
+        checkpoint_every=10,
     ):
         self.truncation = truncation
         self.prior = prior
@@ -183,6 +201,9 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         self.dtype = dtype
         self.device = device
         self.verbose = verbose
+        self.callback = callback
+        self.checkpoint_path = checkpoint_path
+        self.checkpoint_every = checkpoint_every
 
     # ------------------------------------------------------------------ fit
     def _validate(self, ens):
@@ -206,26 +227,72 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         check_positive_float(self.tol, "tol")
         if not isinstance(self.update_hyper, (bool, np.bool_)):
             raise TypeError(f"update_hyper must be a bool; got {self.update_hyper!r}")
+        resolve_dtype(self.dtype)  # checked for every engine, used by VB / CVB
+        resolve_device(self.device)
+        check_checkpoint_params(self)
+        if self.inference != "gibbs" and (
+            self.callback is not None or self.checkpoint_path is not None
+        ):
+            raise ValueError("callback and checkpoint_path need inference='gibbs'")
         return T
 
-    def _fit(self, ens: Ensemble):
+    def fit(self, X, y=None, resume_from=None):
+        """Fit on base clusterings ``X`` (N, M); ``resume_from``: a Gibbs checkpoint file.
+
+        ``resume_from`` continues the sampler saved there by ``checkpoint_path``
+        (same data and hyper-parameters, else ValueError); the draws and results
+        are then identical to those of the uninterrupted run.
+        """
+        ens = as_ensemble(X)
+        self.ensemble_ = ens
+        self.n_features_in_ = ens.n_partitions
+        resume = None
+        if resume_from is not None:
+            if self.inference != "gibbs":
+                raise ValueError("resume_from needs inference='gibbs'")
+            resume = read_checkpoint(resume_from, self, ens)
+        self._fit(ens, resume=resume)
+        return self
+
+    def _fit(self, ens: Ensemble, resume=None):
         T = self._validate(ens)
         rs = check_random_state(self.random_state)
         self._idx_train = ens.offset_index()
         if self.inference == "gibbs":
-            self._fit_gibbs(ens, T, rs)
+            self._fit_gibbs(ens, T, rs, resume)
         else:
             self._fit_variational(ens, T, rs)
         return self
 
-    def _fit_gibbs(self, ens, T, rs):
+    def _fit_gibbs(self, ens, T, rs, resume=None):
+        last = {}
+
+        def snapshot(st):
+            last.update(chain=st["chain"], draws=st["draws"])
+            return st
+
+        monitor = RunMonitor(self, ens, snapshot)
         out = gibbs_nbce(
             self._idx_train, ens.n_labels, T, prior=self.prior, alpha0=self.alpha0,
             beta=self.beta, update_hyperparameters=bool(self.update_hyper),
             n_samples=self.n_samples, burn_in=self.burn_in, thin=self.thin,
             n_chains=self.n_chains, random_state=rs, verbose=self.verbose,
+            callback=monitor, resume=resume,
         )
+        self.stopped_ = bool(out.pop("stopped"))
+        if self.stopped_:
+            c, s = last["chain"], last["draws"]
+            if c == 0 and s == 0:
+                raise ValueError(
+                    "the callback stopped NBCE before its first retained draw; continue "
+                    "with fit(X, resume_from=checkpoint_path)"
+                )
+            keep = (slice(0, c), slice(None)) if c > 0 else (slice(0, 1), slice(0, s))
+            for key, value in out.items():
+                if isinstance(value, np.ndarray) and value.ndim >= 2 and key != "n_labels":
+                    out[key] = value[keep]
         self.samples_ = out
+        self.n_iter_ = int(self.burn_in + self.n_samples * self.thin)  # sweeps per chain
         C, S = out["log_joint"].shape
         Z = out["z"].reshape(C * S, -1)
         labels, best = point_consensus(Z, random_state=rs)
@@ -384,8 +451,11 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         return float(ll.sum()), 0.0
 
     # -------------------------------------------------------------- predict
-    def predict_proba(self, X):
+    def predict_proba(self, X, unknown="error"):
         """Soft assignment of new rows to the consensus clusters, (n, n_clusters_).
+
+        ``unknown="missing"`` treats a label that its column never showed during
+        fit as missing; the default ``"error"`` raises a ValueError.
 
         Gibbs: the responsibilities under each draw's posterior-mean parameters,
         mapped to the consensus clusters through the draw's matching, averaged
@@ -394,7 +464,7 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         restricted to the kept clusters.
         """
         check_is_fitted(self, "labels_")
-        ens = X if isinstance(X, Ensemble) else self._encode_new(X, unknown="missing")
+        ens = X if isinstance(X, Ensemble) else self._encode_new(X, unknown=unknown)
         idx = ens.offset_index()
         n = idx.shape[0]
         K = self.n_clusters_
@@ -418,6 +488,6 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         tot[bad] = 1.0
         return P / tot
 
-    def predict(self, X):
+    def predict(self, X, unknown="error"):
         """Hard consensus cluster of new rows (argmax of :meth:`predict_proba`)."""
-        return self.predict_proba(X).argmax(1).astype(np.int64)
+        return self.predict_proba(X, unknown=unknown).argmax(1).astype(np.int64)

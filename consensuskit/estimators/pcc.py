@@ -141,7 +141,7 @@ class PCC(ConsensusEstimator):
     def _fit(self, ensemble: Ensemble):
         n = ensemble.n_samples
         if n < 2:
-            raise ValueError("PCC needs at least 2 samples")
+            raise ValueError(f"PCC needs at least 2 samples; got n_samples={ensemble.n_samples}")
         K = check_n_clusters(self.n_clusters, n)
         if self.divergence not in DIVERGENCES:
             raise ValueError(

@@ -559,7 +559,8 @@ def init_beta_random(ensemble, n_clusters: int, random_state):
 def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_iter: int = 100,
                    tol: float = 1e-6, inner_iter: int = 5, smoothing: float = 1e-6,
                    alpha_cap: float | None = None, newton_tol: float = 1e-10,
-                   chunk_size: int = 8192, backend: str = "auto", callback=None):
+                   chunk_size: int = 8192, backend: str = "auto", callback=None,
+                   resume=None):
     """One run of the estimator's variational EM from ``beta0`` (K, L).
 
     Each iteration: :func:`e_step` (``inner_iter`` warm-started passes), then
@@ -570,10 +571,16 @@ def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_it
     the prior swamps the data, every ``theta_i`` collapses onto the same mean);
     default ``alpha_cap = 10 * max_i V_i``.  ``backend`` is passed to :func:`e_step`.
 
+    ``callback(state)``, if given, is called after every iteration with ``state`` a
+    dict of ``iteration``, ``lower_bound``, ``alpha``, ``beta``, ``gamma``, ``bounds``
+    and ``done`` (the run ends here anyway); returning ``False`` stops the run.
+    ``resume`` takes such a state and continues from it: every later iteration is
+    then identical to the uninterrupted run's.
+
     Returns
     -------
     dict with ``alpha`` (K,), ``beta`` (K, L), ``gamma`` (K, N), ``bounds`` (list),
-    ``n_iter``, ``converged``, ``degenerate``.
+    ``n_iter``, ``converged``, ``degenerate``, ``stopped`` (by the callback).
     """
     dev = data.idx.device
     dtype = data.n_observed_rows.dtype
@@ -586,9 +593,15 @@ def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_it
     gamma = initial_gamma(alpha, data, dtype)
     N = data.n_rows
     bounds = []
-    converged = degenerate = False
+    converged = degenerate = stopped = False
     it = 0
-    for it in range(1, max_iter + 1):
+    if resume is not None:
+        alpha, beta, gamma = (torch.as_tensor(resume[k], dtype=dtype, device=dev)
+                              for k in ("alpha", "beta", "gamma"))
+        bounds, it = list(resume["bounds"]), int(resume["iteration"])
+        converged, degenerate = bool(resume["converged"]), bool(resume["degenerate"])
+    while it < max_iter and not (converged or degenerate):
+        it += 1
         gamma, phi_sum, stats, plogp, _ = e_step(alpha, beta, data, gamma, inner_iter,
                                                  chunk_size=chunk_size, backend=backend)
         beta = update_beta(stats, data.offsets, smoothing)
@@ -597,13 +610,15 @@ def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_it
                                 alpha_cap=alpha_cap)
         lb = lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=smoothing)
         bounds.append(lb)
-        if callback is not None:
-            callback(it, lb)
-        if float(alpha.sum()) > alpha_cap:
-            degenerate = True
-            break
-        if len(bounds) > 1 and abs(bounds[-1] - bounds[-2]) <= tol * abs(bounds[-1]):
-            converged = True
+        degenerate = float(alpha.sum()) > alpha_cap
+        converged = (not degenerate and len(bounds) > 1
+                     and abs(bounds[-1] - bounds[-2]) <= tol * abs(bounds[-1]))
+        if callback is not None and callback(
+            {"iteration": it, "lower_bound": lb, "alpha": alpha, "beta": beta, "gamma": gamma,
+             "bounds": list(bounds), "converged": converged, "degenerate": degenerate,
+             "done": converged or degenerate or it == max_iter}
+        ) is False:
+            stopped = True
             break
     return {"alpha": alpha, "beta": beta, "gamma": gamma, "bounds": bounds, "n_iter": it,
-            "converged": converged, "degenerate": degenerate}
+            "converged": converged, "degenerate": degenerate, "stopped": stopped}

@@ -518,7 +518,8 @@ def variational_em(data: GBCEData, n_clusters: int, beta0, alpha0=None, mu0=None
                    *, max_iter: int = 100, tol: float = 1e-6, inner_iter: int = 5,
                    smoothing: float = 1e-6, feature_smoothing: float = 1e-2,
                    alpha_cap: float | None = None, newton_tol: float = 1e-10,
-                   chunk_size: int = 8192, backend: str = "auto", callback=None):
+                   chunk_size: int = 8192, backend: str = "auto", callback=None,
+                   resume=None):
     """One run of GBCE's variational EM from ``beta0`` (K, L); BCE's schedule plus features.
 
     Each iteration: :func:`e_step` (``inner_iter`` warm-started passes); M-step
@@ -536,11 +537,17 @@ def variational_em(data: GBCEData, n_clusters: int, beta0, alpha0=None, mu0=None
         Initial Gaussians; None: :func:`initial_gaussian` (neutral).
     backend : {"auto", "torch"}
         Passed to :func:`e_step`.
+    callback : callable or None
+        ``callback(state)`` after every iteration, ``state`` a dict of ``iteration``,
+        ``lower_bound``, ``alpha``, ``beta``, ``mu``, ``sigma2``, ``gamma``, ``bounds``,
+        ``converged``, ``degenerate``, ``done``; returning ``False`` stops the run.
+    resume : dict or None
+        Such a state: the run continues from it exactly as it would have.
 
     Returns
     -------
     dict with ``alpha`` (K,), ``beta`` (K, L), ``mu``, ``sigma2`` (K, D), ``gamma`` (K, N),
-    ``bounds`` (list), ``n_iter``, ``converged``, ``degenerate``.
+    ``bounds`` (list), ``n_iter``, ``converged``, ``degenerate``, ``stopped``.
     """
     lab = data.labels
     dev = lab.idx.device
@@ -559,9 +566,16 @@ def variational_em(data: GBCEData, n_clusters: int, beta0, alpha0=None, mu0=None
     gamma = initial_gamma(alpha, data, dtype)
     N = data.n_rows
     bounds = []
-    converged = degenerate = False
+    converged = degenerate = stopped = False
     it = 0
-    for it in range(1, max_iter + 1):
+    if resume is not None:
+        alpha, beta, mu, sigma2, gamma = (
+            torch.as_tensor(resume[k], dtype=dtype, device=dev)
+            for k in ("alpha", "beta", "mu", "sigma2", "gamma"))
+        bounds, it = list(resume["bounds"]), int(resume["iteration"])
+        converged, degenerate = bool(resume["converged"]), bool(resume["degenerate"])
+    while it < max_iter and not (converged or degenerate):
+        it += 1
         gamma, phi_sum, stats, fstats, plogp, _ = e_step(alpha, beta, mu, sigma2, data, gamma,
                                                          inner_iter, chunk_size=chunk_size,
                                                          backend=backend)
@@ -575,13 +589,16 @@ def variational_em(data: GBCEData, n_clusters: int, beta0, alpha0=None, mu0=None
         lb = lower_bound(alpha, beta, mu, sigma2, gamma, phi_sum, stats, fstats, plogp, data,
                          smoothing=smoothing, feature_smoothing=feature_smoothing)
         bounds.append(lb)
-        if callback is not None:
-            callback(it, lb)
-        if float(alpha.sum()) > alpha_cap:
-            degenerate = True
-            break
-        if len(bounds) > 1 and abs(bounds[-1] - bounds[-2]) <= tol * abs(bounds[-1]):
-            converged = True
+        degenerate = float(alpha.sum()) > alpha_cap
+        converged = (not degenerate and len(bounds) > 1
+                     and abs(bounds[-1] - bounds[-2]) <= tol * abs(bounds[-1]))
+        if callback is not None and callback(
+            {"iteration": it, "lower_bound": lb, "alpha": alpha, "beta": beta, "mu": mu,
+             "sigma2": sigma2, "gamma": gamma, "bounds": list(bounds), "converged": converged,
+             "degenerate": degenerate, "done": converged or degenerate or it == max_iter}
+        ) is False:
+            stopped = True
             break
     return {"alpha": alpha, "beta": beta, "mu": mu, "sigma2": sigma2, "gamma": gamma,
-            "bounds": bounds, "n_iter": it, "converged": converged, "degenerate": degenerate}
+            "bounds": bounds, "n_iter": it, "converged": converged, "degenerate": degenerate,
+            "stopped": stopped}

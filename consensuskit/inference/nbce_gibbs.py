@@ -47,6 +47,7 @@ rate=1) priors by default (``hyper_prior``).
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numba
@@ -620,6 +621,8 @@ def gibbs_nbce(
     store_z=True,
     store_counts="auto",
     verbose=False,
+    callback=None,
+    resume=None,
 ):
     """Run ``n_chains`` collapsed Gibbs chains for NBCE.
 
@@ -650,6 +653,17 @@ def gibbs_nbce(
     store_z : bool
         Keep the retained indicator vectors (needed for co-clustering and the
         point consensus).
+    callback : callable or None
+        ``callback(state)`` after every sweep; ``state`` is a dict with ``chain``,
+        ``iteration`` (sweeps done in this chain), ``draws`` (retained so far in
+        it), ``gibbs`` (the :class:`GibbsState`), ``rng`` (the generator's state)
+        and ``out`` (the arrays being filled).  Returning ``False`` stops the run
+        (``out["stopped"]`` is then True).
+    resume : dict or None
+        Such a state: the run continues from it and every later sweep is the
+        same as in the uninterrupted run.  (numba's generator, used inside a
+        sweep, is re-seeded from ``random_state`` before every sweep, so the
+        whole chain is a function of that state.)
 
     Returns
     -------
@@ -685,17 +699,29 @@ def gibbs_nbce(
     if store_z:
         out["z"] = np.zeros((C, S, N), dtype=np.int32)
     total = burn_in + S * thin
+    c0 = 0
+    if resume is not None:
+        for key, value in resume["out"].items():
+            out[key] = np.array(value, copy=True)
+        rng.set_state(resume["rng"])
+        c0 = int(resume["chain"])
+    out["stopped"] = False
     bar = tqdm(total=C * total, disable=not verbose, desc="NBCE Gibbs", unit="sweep")
-    for c in range(C):
-        if init is None:
-            z0 = rng.randint(0, T, size=N)
+    for c in range(c0, C):
+        if resume is not None and c == c0:
+            state = copy.deepcopy(resume["gibbs"])
+            start, s = int(resume["iteration"]), int(resume["draws"])
+            bar.update(c * total + start)
         else:
-            z0 = np.asarray(init)
-            z0 = z0[c] if z0.ndim == 2 else z0
-        state = GibbsState(idx, n_labels, z0, T, alpha0, beta, prior)
-        _seed(int(rng.randint(0, 2**31 - 1)))
-        s = 0
-        for it in range(total):
+            if init is None:
+                z0 = rng.randint(0, T, size=N)
+            else:
+                z0 = np.asarray(init)
+                z0 = z0[c] if z0.ndim == 2 else z0
+            state = GibbsState(idx, n_labels, z0, T, alpha0, beta, prior)
+            start, s = 0, 0
+        for it in range(start, total):
+            _seed(int(rng.randint(0, 2**31 - 1)))
             state.sweep(1)
             state.label_swaps()
             if update_hyperparameters:
@@ -713,6 +739,14 @@ def gibbs_nbce(
                 if store_z:
                     out["z"][c, s] = state.z
                 s += 1
+            if callback is not None and callback(
+                {"chain": c, "iteration": it + 1, "draws": s, "gibbs": state,
+                 "rng": rng.get_state(), "out": out}
+            ) is False:
+                out["stopped"] = True
+                break
+        if out["stopped"]:
+            break
     bar.close()
     out.update(prior=prior, truncation=T, n_labels=np.asarray(n_labels, dtype=np.int64))
     return out

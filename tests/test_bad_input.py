@@ -1,0 +1,474 @@
+"""Bad input against every estimator and the CLI (issue 7, item 1).
+
+Each case in :data:`DATA_CASES`, :data:`PARAM_CASES` and :data:`PREDICT_CASES`
+is tried on every estimator it applies to and must raise a ``ValueError`` or
+``TypeError`` (``NotFittedError`` for an unfitted estimator) whose message
+matches a pattern naming the problem.  A case that does not apply to an
+estimator (it has no such parameter or method) is skipped with the reason.
+The table in ``docs/bad_input.md`` lists the same cases; it is printed by
+``python experiments/bad_input_table.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from _factories import ESTIMATORS, K_PARAM
+from _factories import make_fast as make
+from sklearn.exceptions import NotFittedError
+
+# a tiny valid ensemble: 8 points, 3 base clusterings, two clear groups
+GOOD = np.array(
+    [[0, 1, 5], [0, 1, 5], [0, 1, 5], [0, 1, 7], [1, 0, 7], [1, 0, 7], [1, 0, 7], [1, 2, 7]]
+)
+
+
+def _with(value, i=0, j=0, dtype=float):
+    X = GOOD.astype(dtype)
+    X[i, j] = value
+    return X
+
+
+@dataclass
+class Case:
+    """One kind of bad input: what is passed, and what the error must say."""
+
+    id: str
+    what: str
+    error: type | tuple
+    match: str
+    build: Callable[[str], Any] = field(repr=False)  # name -> X or params or None (= n/a)
+
+
+def _param_case(id, what, param, value, match, error=(ValueError, TypeError), only=None):
+    """A case setting hyper-parameter ``param`` (a callable of the estimator name) to ``value``."""
+
+    def build(name):
+        p = param.get(name) if isinstance(param, dict) else param
+        if p is None or (only is not None and name not in only):
+            return None
+        est = make(name)
+        if p not in est.get_params():
+            return None
+        return {p: value}
+
+    return Case(id, what, error, match, build)
+
+
+DATA_CASES = [
+    Case("sparse", "a scipy sparse matrix", TypeError, r"sparse input is not supported",
+         lambda n: sp.csr_matrix(GOOD)),
+    Case(
+        "1d",
+        "1-D array instead of (n_samples, n_partitions)",
+        ValueError,
+        r"2-D.*1-D",
+        lambda n: GOOD[:, 0],
+    ),
+    Case("3d", "3-D array", ValueError, r"2-D.*3-D", lambda n: GOOD[:, :, None]),
+    Case("scalar", "a scalar", ValueError, r"2-D.*scalar", lambda n: 3),
+    Case("none", "None instead of an array", TypeError, r"2-D array-like.*got NoneType",
+         lambda n: None),
+    Case("no-rows", "zero rows, shape (0, 3)", ValueError, r"empty", lambda n: np.zeros((0, 3))),
+    Case("no-cols", "zero columns, shape (8, 0)", ValueError, r"empty", lambda n: np.zeros((8, 0))),
+    Case(
+        "missing-row",
+        "a row whose labels are all missing",
+        ValueError,
+        r"row 2 has no observed label",
+        lambda n: np.where(np.arange(8)[:, None] == 2, -1, GOOD),
+    ),
+    Case(
+        "missing-col",
+        "a column whose labels are all missing",
+        ValueError,
+        r"column\) 1 has no observed label",
+        lambda n: np.where(np.arange(3)[None, :] == 1, -1, GOOD),
+    ),
+    Case(
+        "all-nan",
+        "every label NaN",
+        ValueError,
+        r"no observed label",
+        lambda n: np.full((8, 3), np.nan),
+    ),
+    Case(
+        "frac",
+        "a non-integer float label (1.5)",
+        ValueError,
+        r"row 3, column 1.*not an integer",
+        lambda n: _with(1.5, 3, 1),
+    ),
+    Case(
+        "string",
+        "string labels",
+        ValueError,
+        r"labels are strings.*row 0, column 0 is .a.",
+        lambda n: np.array([["a", "b", "c"]] * 8),
+    ),
+    Case(
+        "mixed-string",
+        "one string among integer labels (object array)",
+        ValueError,
+        r"row 4, column 2.*'x'",
+        lambda n: _with("x", 4, 2, dtype=object),
+    ),
+    Case(
+        "negative",
+        "a negative label other than -1",
+        ValueError,
+        r"row 5, column 0.*-3.*negative",
+        lambda n: _with(-3, 5, 0, dtype=np.int64),
+    ),
+    Case(
+        "inf",
+        "an infinite label",
+        ValueError,
+        r"row 1, column 2.*infinite",
+        lambda n: _with(np.inf, 1, 2),
+    ),
+    Case("-inf", "a -inf label", ValueError, r"infinite", lambda n: _with(-np.inf, 0, 0)),
+    Case(
+        "ragged",
+        "a ragged nested list",
+        ValueError,
+        r"ragged|same length|row",
+        lambda n: [[0, 1, 5], [0, 1], [1, 0, 7]],
+    ),
+    Case(
+        "complex",
+        "complex-valued labels",
+        ValueError,
+        r"complex|integers",
+        lambda n: GOOD.astype(complex),
+    ),
+    Case(
+        "datetime",
+        "datetime labels",
+        ValueError,
+        r"integers|datetime",
+        lambda n: np.full((8, 3), np.datetime64("2020-01-01")),
+    ),
+    Case("bytes", "a bytes object", ValueError, r"2-D|scalar", lambda n: b"0,1,2"),
+    Case(
+        "dict",
+        "a dict",
+        TypeError,
+        r"2-D array-like.*got dict",
+        lambda n: {"a": [0, 1], "b": [1, 0]},
+    ),
+]
+
+PARAM_CASES = [
+    _param_case("k-zero", "number of clusters 0", K_PARAM, 0, r"(n_clusters|truncation).*>="),
+    _param_case(
+        "k-negative", "number of clusters negative", K_PARAM, -2, r"(n_clusters|truncation).*>="
+    ),
+    _param_case(
+        "k-float",
+        "number of clusters a float (2.5)",
+        K_PARAM,
+        2.5,
+        r"(n_clusters|truncation).*integer",
+    ),
+    _param_case(
+        "k-bool",
+        "number of clusters a bool (True)",
+        K_PARAM,
+        True,
+        r"(n_clusters|truncation).*integer",
+    ),
+    _param_case(
+        "k-string",
+        "number of clusters a string ('3')",
+        K_PARAM,
+        "3",
+        r"(n_clusters|truncation).*integer",
+    ),
+    _param_case(
+        "k-too-many",
+        "n_clusters larger than n_samples",
+        "n_clusters",
+        9,
+        r"n_clusters=9.*number of samples",
+    ),
+    _param_case("tol-negative", "negative tol", "tol", -1e-3, r"tol"),
+    _param_case("tol-nan", "NaN tol", "tol", float("nan"), r"tol"),
+    _param_case("max-iter-zero", "max_iter 0", "max_iter", 0, r"max_iter"),
+    _param_case("max-iter-float", "max_iter a float", "max_iter", 10.5, r"max_iter"),
+    _param_case("n-init-zero", "n_init 0", "n_init", 0, r"n_init"),
+    _param_case("inference", "unknown inference string", "inference", "mcmc", r"inference"),
+    _param_case("prior", "unknown prior string", "prior", "dp", r"prior"),
+    _param_case(
+        "divergence", "unknown divergence string", "divergence", "hellinger", r"divergence"
+    ),
+    _param_case("utility", "unknown utility string", "utility", "XYZ", r"utility"),
+    _param_case("linkage", "unknown linkage string", "linkage", "ward2", r"linkage"),
+    _param_case("init", "unknown init string", "init", "spectral", r"init"),
+    _param_case(
+        "weights-shape", "partition weights of the wrong shape", "weights", np.ones(5), r"weights"
+    ),
+    _param_case(
+        "weights-negative",
+        "negative partition weights",
+        "weights",
+        np.array([1.0, -1.0, 1.0]),
+        r"weights",
+    ),
+    _param_case(
+        "label-weight-shape",
+        "label_weight of the wrong shape",
+        "label_weight",
+        np.ones(5),
+        r"label_weight",
+    ),
+    _param_case(
+        "label-prior", "Dirichlet prior below 1 (MAP undefined)", "label_prior", 0.5, r"label_prior"
+    ),
+    _param_case("concentration", "non-positive concentration", "alpha0", 0.0, r"alpha0"),
+    _param_case(
+        "random-state",
+        "random_state that is not a seed",
+        "random_state",
+        "seed",
+        r"random_state|RandomState|seed",
+    ),
+    _param_case(
+        "random-state-neg",
+        "negative random_state",
+        "random_state",
+        -1,
+        r"random_state|seed|between",
+    ),
+    _param_case(
+        "device-cuda", "device='cuda' on a machine without CUDA", "device", "cuda", r"device|CUDA"
+    ),
+    _param_case("device-unknown", "unknown device string", "device", "tpu", r"device"),
+    _param_case("dtype", "an integer dtype for a torch-backed model", "dtype", "int32", r"dtype"),
+    _param_case(
+        "sparse-pairs",
+        "sparse_pairs fraction > 1 given as float",
+        "sparse_pairs",
+        1.5,
+        r"sparse_pairs",
+    ),
+]
+
+
+def _cuda_available():
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        return False
+
+
+@pytest.mark.parametrize("case", DATA_CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_bad_data(name, case):
+    X = case.build(name)
+    with pytest.raises(case.error, match=case.match):
+        make(name).fit(X)
+
+
+def _applicable_params():
+    return [
+        pytest.param(name, case, id=f"{name}-{case.id}")
+        for name in ESTIMATORS
+        for case in PARAM_CASES
+        if case.build(name) is not None
+    ]
+
+
+@pytest.mark.parametrize("name, case", _applicable_params())
+def test_bad_parameter(name, case):
+    params = case.build(name)
+    if case.id == "device-cuda" and _cuda_available():
+        pytest.skip("CUDA is available here")
+    est = make(name, **params)
+    before = {k: v for k, v in est.get_params().items()}
+    with pytest.raises(case.error, match=case.match):
+        est.fit(GOOD)
+    # hyper-parameters are left untouched, even by a failed fit
+    after = est.get_params()
+    for k, v in before.items():
+        assert after[k] is v, k
+
+
+# ---------------------------------------------------------------- prediction
+_FITTED: dict = {}
+
+
+def fitted(name):
+    if name not in _FITTED:
+        _FITTED[name] = make(name).fit(GOOD)
+    return _FITTED[name]
+
+
+PREDICT_METHODS = ["predict", "predict_proba", "perplexity", "score"]
+
+
+def _with_methods():
+    """(estimator, method) pairs that exist: PCC, KCC and the comparison functions only fit."""
+    return [
+        pytest.param(name, method, id=f"{name}-{method}")
+        for name in ESTIMATORS
+        for method in PREDICT_METHODS
+        if hasattr(make(name), method)
+    ]
+
+
+@pytest.mark.parametrize("name, method", _with_methods())
+def test_unfitted(name, method):
+    est = make(name)
+    with pytest.raises(NotFittedError, match="not fitted"):
+        getattr(est, method)(GOOD)
+
+
+PREDICT_CASES = [
+    Case(
+        "wrong-n-columns",
+        "new rows with a different number of partitions",
+        ValueError,
+        r"X has 2 (features|base clusterings).*(expecting|fitted ensemble has) 3",
+        lambda n: GOOD[:, :2],
+    ),
+    Case(
+        "unseen-label",
+        "a label the column never showed in fit",
+        ValueError,
+        r"label 9 at row 0, column 1 was not seen",
+        lambda n: _with(9, 0, 1, dtype=np.int64),
+    ),
+    Case(
+        "predict-frac",
+        "non-integer float in new rows",
+        ValueError,
+        r"not an integer",
+        lambda n: _with(0.5, 0, 0),
+    ),
+    Case("predict-1d", "1-D new rows", ValueError, r"2-D", lambda n: GOOD[0]),
+    Case(
+        "predict-inf",
+        "infinite label in new rows",
+        ValueError,
+        r"infinite",
+        lambda n: _with(np.inf, 2, 2),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", PREDICT_CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("name, method", _with_methods())
+def test_bad_new_rows(name, method, case):
+    with pytest.raises(case.error, match=case.match):
+        getattr(fitted(name), method)(case.build(name))
+
+
+def test_all_missing_new_rows_perplexity():
+    est = fitted("MM")
+    with pytest.raises(ValueError, match="no observed label"):
+        est.perplexity(np.full((3, 3), -1))
+
+
+# ---------------------------------------------------------------- GBCE features
+FEATURES = np.random.default_rng(0).normal(size=(8, 2))
+
+
+@pytest.mark.parametrize(
+    "features, match",
+    [
+        (np.where(np.arange(2)[None, :] == 1, np.nan, FEATURES), r"feature column 1.*NaN"),
+        (FEATURES[:5], r"features has 5 rows.*8"),
+        (FEATURES[:, 0], r"2-D"),
+        (np.where(np.arange(8)[:, None] == 3, np.inf, FEATURES), r"row 3.*infinite"),
+        (np.array([["a", "b"]] * 8), r"numeric"),
+        (np.zeros((8, 0)), r"no columns"),
+    ],
+    ids=["nan-column", "row-mismatch", "1d", "inf", "strings", "no-columns"],
+)
+def test_gbce_bad_features(features, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        make("GBCE").fit(GOOD, features=features)
+
+
+def test_gbce_predict_features_wrong_width():
+    est = make("GBCE").fit(GOOD, features=FEATURES)
+    with pytest.raises(ValueError, match=r"features has 3 columns.*2"):
+        est.predict(GOOD, features=np.zeros((8, 3)))
+
+
+# ---------------------------------------------------------------- CLI
+def _cli(args, capsys):
+    from consensuskit.cli import main
+
+    code = main(args)
+    err = capsys.readouterr().err
+    return code, err
+
+
+def _write(tmp_path, text, name="x.csv"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+FIT = ["fit", "--model", "mm", "--n-clusters", "2"]
+CLI_CASES = [
+    ("missing-file", lambda t: [*FIT, str(t / "nope.csv")], r"not found.*nope\.csv"),
+    (
+        "bad-model",
+        lambda t: ["fit", "--model", "xyz", "--n-clusters", "2", _write(t, "0,1\n1,0\n0,1\n")],
+        r"invalid choice: 'xyz'",
+    ),
+    (
+        "non-numeric",
+        lambda t: [*FIT, _write(t, "0,1\n1,a\n0,1\n")],
+        r"line 2, column 2: 'a' is not an integer",
+    ),
+    ("fraction", lambda t: [*FIT, _write(t, "0,1\n1,0.5\n0,1\n")], r"not an integer"),
+    ("negative", lambda t: [*FIT, _write(t, "0,1\n1,-4\n0,1\n")], r"-4.*negative"),
+    ("inf", lambda t: [*FIT, _write(t, "0,1\n1,inf\n0,1\n")], r"infinite"),
+    ("empty-file", lambda t: [*FIT, _write(t, "")], r"empty"),
+    ("header-only", lambda t: [*FIT, _write(t, "a,b\n")], r"no rows"),
+    (
+        "all-missing-row",
+        lambda t: [*FIT, _write(t, "0,1\n,\n0,1\n")],
+        r"row 1 has no observed label",
+    ),
+    ("ragged-csv", lambda t: [*FIT, _write(t, "0,1\n1\n0,1,2\n")], r"parse|field|column"),
+    (
+        "k-zero",
+        lambda t: ["fit", "--model", "mm", "--n-clusters", "0", _write(t, "0,1\n1,0\n0,1\n")],
+        r"--n-clusters must be >= 1",
+    ),
+    (
+        "k-too-many",
+        lambda t: ["fit", "--model", "mm", "--n-clusters", "9", _write(t, "0,1\n1,0\n0,1\n")],
+        r"--n-clusters 9 exceeds",
+    ),
+    (
+        "k-not-int",
+        lambda t: ["fit", "--model", "mm", "--n-clusters", "two", _write(t, "0,1\n1,0\n0,1\n")],
+        r"invalid int value: 'two'",
+    ),
+    ("directory", lambda t: [*FIT, str(t)], r"directory|not a file|Is a directory"),
+]
+
+
+@pytest.mark.parametrize("build, match", [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
+def test_cli_bad_input(tmp_path, capsys, build, match):
+    try:
+        code, err = _cli(build(tmp_path), capsys)
+    except SystemExit as exc:  # argparse errors
+        code, err = exc.code, capsys.readouterr().err
+    assert code != 0
+    assert re.search(match, err), err
+    assert "Traceback" not in err
