@@ -81,3 +81,4 @@ def test_wrong_class(tmp_path, fitted):
     fitted.save(path)
     with pytest.raises(ValueError, match="not a Other"):
         Other.load(path)
+

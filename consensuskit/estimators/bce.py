@@ -286,19 +286,20 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         data = cavi.prepare_data(ensemble, device=self._device, dtype=self._dtype)
         return cavi.fold_in(self._alpha_t, self._beta_t, data), data
 
-    def predict_proba(self, X):
+    def predict_proba(self, X, unknown="error"):
         """Soft consensus of new rows by fold-in: ``gamma_i / sum_h gamma_ih``, shape (n, K).
 
         ``gamma_i`` is the variational E-step (eqs. 5-6) run to convergence with the
-        fitted alpha and beta held fixed.
+        fitted alpha and beta held fixed.  ``unknown``: what to do with a label a
+        column never showed in ``fit`` ("error" or "missing").
         """
-        gamma, _ = self._fold_in(self._encode_new(X))
+        gamma, _ = self._fold_in(self._encode_new(X, unknown=unknown))
         g = gamma.T.cpu().numpy().astype(np.float64)
         return g / g.sum(1, keepdims=True)
 
-    def predict(self, X):
+    def predict(self, X, unknown="error"):
         """Hard consensus of new rows (argmax of :meth:`predict_proba`), shape (n,)."""
-        return self.predict_proba(X).argmax(1)
+        return self.predict_proba(X, unknown=unknown).argmax(1)
 
     # ------------------------------------------------------------ likelihood
     def _log_likelihood(self, ensemble: Ensemble, chunk_size: int = 4096):

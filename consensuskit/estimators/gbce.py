@@ -329,7 +329,7 @@ class GBCE(BCE):
         return self
 
     # ------------------------------------------------------------------ fold-in
-    def predict_proba(self, X, features=None):
+    def predict_proba(self, X, features=None, unknown="error"):
         """Soft consensus of new rows by fold-in, shape (n, K).
 
         The E-step (eqs. 12-14) is run to convergence on the new rows with the
@@ -342,9 +342,11 @@ class GBCE(BCE):
             Labels in the training label space (-1 missing; a row may be all missing).
         features : array-like (n, D) or None
             NaN = missing; None treats every feature as missing (labels only).
+        unknown : {"error", "missing"}
+            A label a column never showed in ``fit``: raise, or treat as missing.
         """
         check_is_fitted(self, "alpha_")
-        ens = self._encode_new(X)
+        ens = self._encode_new(X, unknown=unknown)
         D = self.n_original_features_
         F = None
         if features is not None:
@@ -361,6 +363,6 @@ class GBCE(BCE):
         g = gamma.T.cpu().numpy().astype(np.float64)
         return g / g.sum(1, keepdims=True)
 
-    def predict(self, X, features=None):
+    def predict(self, X, features=None, unknown="error"):
         """Hard consensus of new rows (argmax of :meth:`predict_proba`), shape (n,)."""
-        return self.predict_proba(X, features=features).argmax(1)
+        return self.predict_proba(X, features=features, unknown=unknown).argmax(1)

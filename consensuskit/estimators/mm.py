@@ -190,25 +190,27 @@ class MM(GenerativeMixin, ConsensusEstimator):
         )
         return mm_em.e_step(layout, self._log_pi, self._log_theta)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X, unknown="error"):
         """Posterior responsibilities of (new) rows under the fitted parameters.
 
         Parameters
         ----------
         X : array-like of shape (n_rows, n_partitions) or Ensemble
             Labels in the same label space as in ``fit``; ``-1`` missing.
+        unknown : {"error", "missing"}
+            A label a column never showed in ``fit``: raise, or treat as missing.
 
         Returns
         -------
         ndarray of shape (n_rows, n_clusters)
         """
         check_is_fitted(self, "weights_")
-        resp, _ = self._posterior(self._encode_new(X))
+        resp, _ = self._posterior(self._encode_new(X, unknown=unknown))
         return resp.T.cpu().double().numpy()
 
-    def predict(self, X):
+    def predict(self, X, unknown="error"):
         """Most probable consensus cluster of each (new) row, shape (n_rows,)."""
-        return np.argmax(self.predict_proba(X), axis=1).astype(np.int64)
+        return np.argmax(self.predict_proba(X, unknown=unknown), axis=1).astype(np.int64)
 
     def _log_likelihood(self, ensemble: Ensemble):
         """Exact ``sum_i log sum_k pi_k prod_{j observed} theta_jk(x_ij)``; returns (total, 0.0)."""
