@@ -1,0 +1,8 @@
+"""``python -m consensuskit.distributed fit ...`` (under torchrun or with --workers)."""
+
+import sys
+
+from .launch import main
+
+if __name__ == "__main__":
+    sys.exit(main())

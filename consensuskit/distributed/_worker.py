@@ -1,0 +1,98 @@
+"""What runs inside one worker process (kept free of scikit-learn imports).
+
+Locally spawned workers start in a fork server that has imported this module
+(and with it torch and the engines) once, so that starting ``P`` workers does
+not pay ``P`` torch imports; :func:`worker_main` is their entry point.
+:func:`run_rank` is shared with the ``torchrun`` command line and with the
+in-process ``P = 1`` path.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+import traceback
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..data import Ensemble
+from ..inference import bce_cavi as cavi
+from . import column, row
+from .comm import CommError, TorchComm
+from .common import EMConfig, WorkerResult
+
+__all__ = ["run_rank", "worker_main", "column_ensemble", "beta_columns"]
+
+
+def column_ensemble(ens: Ensemble, cols) -> Ensemble:
+    """The columns ``cols`` of ``ens`` as an Ensemble, keeping their coding."""
+    cols = np.asarray(cols, dtype=np.int64)
+    return Ensemble(codes=np.asfortranarray(ens.codes[:, cols]),
+                    n_labels=ens.n_labels[cols].copy(),
+                    categories=tuple(ens.categories[j] for j in cols))
+
+
+def beta_columns(beta: np.ndarray, offsets: np.ndarray, cols) -> np.ndarray:
+    """The blocks of ``beta`` (K, L) that belong to columns ``cols``, side by side."""
+    return np.concatenate([beta[:, offsets[j]:offsets[j + 1]] for j in cols], axis=1)
+
+
+def run_rank(comm, mode: str, ensemble: Ensemble, cfg: EMConfig, alpha0, beta0, dtype,
+             index, hook=None) -> WorkerResult:
+    """Run one rank's part of a fit over ``comm`` and package its result.
+
+    ``index`` holds the global row indices (row modes) or column indices (column
+    mode) of ``ensemble``'s rows / columns.
+    """
+    data = cavi.prepare_data(ensemble, dtype=dtype)
+    a0 = torch.as_tensor(np.asarray(alpha0), dtype=dtype)
+    b0 = torch.as_tensor(np.asarray(beta0), dtype=dtype)
+    fn = {"row": row.fit_rows_exact, "row-sequential": row.fit_rows_sequential,
+          "column": column.fit_columns}[mode]
+    res = fn(comm, data, cfg, a0, b0, hook=hook)
+    out = WorkerResult(rank=comm.rank, lower_bounds=list(res["bounds"]), n_iter=res["n_iter"],
+                       converged=res["converged"], degenerate=res["degenerate"],
+                       messages=list(comm.log), seconds=res["seconds"])
+    if res["alpha"] is not None:
+        out.alpha = res["alpha"].numpy().astype(np.float64)
+    blocks = cavi.unpack_beta(res["beta"], ensemble.offsets)
+    if mode == "column":
+        out.beta = {int(j): b.numpy().astype(np.float64) for j, b in zip(index, blocks)}
+        if res["gamma"] is not None:
+            out.rows = np.arange(ensemble.n_samples)
+            out.gamma = res["gamma"].T.numpy().astype(np.float64)
+    else:
+        out.beta = {j: b.numpy().astype(np.float64) for j, b in enumerate(blocks)}
+        out.rows = np.asarray(index, dtype=np.int64)
+        out.gamma = res["gamma"].T.numpy().astype(np.float64)
+    return out
+
+
+def worker_main(rank, world_size, init_method, timeout, n_threads, job, results):
+    """Entry point of a locally spawned worker process."""
+    t_entered = time.time()
+    torch.set_num_threads(n_threads)
+    try:
+        dist.init_process_group("gloo", init_method=init_method, rank=rank,
+                                world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout))
+        t_joined = time.time()
+        comm = TorchComm(timeout=timeout)
+        res = run_rank(comm, **job)
+        res.seconds.update(entered=t_entered, joined=t_joined)
+        results.put(("ok", rank, res))
+    except BaseException as exc:  # report, then leave without waiting on dead peers
+        detail = f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, (CommError, ValueError)):
+            detail += "\n" + traceback.format_exc(limit=6)
+        results.put(("error", rank, detail))
+        results.close()
+        results.join_thread()
+        os._exit(1)
+    try:
+        dist.destroy_process_group()
+    except Exception:  # pragma: no cover - best effort at shutdown
+        pass

@@ -1,0 +1,280 @@
+"""Bayesian cluster ensembles (Wang, Shan & Banerjee 2011) as a scikit-learn estimator."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import torch
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from ..base import (
+    ConsensusEstimator,
+    GenerativeMixin,
+    check_n_clusters,
+    check_positive_float,
+    check_positive_int,
+    resolve_device,
+    resolve_dtype,
+    torch_generator,
+)
+from ..data import Ensemble
+from ..inference import bce_cavi as cavi
+
+__all__ = ["BCE"]
+
+
+class BCE(GenerativeMixin, ConsensusEstimator):
+    """Bayesian cluster ensemble: a mixed-membership model of base-clustering labels.
+
+    Generative process (paper symbols; ``k_j`` labels in base clustering ``j``)::
+
+        theta_i ~ Dirichlet(alpha)                     alpha: (K,)
+        z_ij    ~ Categorical(theta_i)                 for each observed label
+        x_ij    ~ Categorical(beta_j[z_ij])            beta_j: (K, k_j)
+
+    ``alpha`` and ``beta`` are fitted by variational EM (``inference="cavi"``, paper
+    eqs. 5-8) or by Pyro SVI on row minibatches (``inference="svi"``).  The soft
+    consensus of row ``i`` is the posterior mean of ``theta_i``, ``gamma_i / sum(gamma_i)``.
+
+    Parameters
+    ----------
+    n_clusters : int, default 2
+        ``K``, the number of consensus clusters.
+    inference : {"cavi", "svi"}
+        Variational EM with closed-form updates, or stochastic VI (Pyro) with the
+        z-enumerated guide (:func:`consensuskit.models.bce.guide_enumerated`).
+    max_iter : int, default 100
+        EM iterations per restart (cavi) or epochs over the rows (svi).
+    tol : float, default 1e-6
+        Stop when the relative change of the bound is ``<= tol`` (cavi).
+    n_init : int, default 3
+        Restarts; the one with the best bound is kept, non-degenerate ones first.
+    inner_iter : int, default 5
+        (phi, gamma) passes per EM iteration, warm-started from the previous gamma.
+    init : {"kmeans", "random"}
+        ``"kmeans"``: beta from k-means on the one-hot labels (a different seed per
+        restart); ``"random"``: flat-Dirichlet beta, as the authors' code.  Random
+        starts run into the degenerate optimum (alpha growing without bound) more
+        often; such runs are detected (``sum(alpha) > 10 * max_i V_i``, ``V_i`` the
+        number of labels of row i) and discarded in favour of non-degenerate restarts.
+    smoothing : float, default 1e-6
+        Pseudo-count added to the expected label counts in the beta update.
+    batch_size : int or None
+        Row minibatch size for SVI (None: min(N, 1024)).
+    learning_rate : float, default 0.05
+        Adam step size for SVI.
+    n_perplexity_samples : int, default 200
+        Importance samples per row for the log-likelihood (see :meth:`_log_likelihood`).
+    random_state : int, RandomState or None
+    device : str or torch.device, default "cpu"
+    dtype : {"float64", "float32"} or torch dtype, default "float64"
+    verbose : bool, default False
+        Show a progress bar over EM iterations / SVI steps.
+
+    Attributes
+    ----------
+    alpha_ : ndarray (K,)
+    beta_ : list of ndarray, each (K, k_j)
+    gamma_ : ndarray (N, K)
+        Variational Dirichlet parameters of the training rows.
+    membership_ : ndarray (N, K)
+        ``gamma_`` normalised over clusters.
+    labels_ : ndarray (N,)
+        ``argmax_h gamma_ih``.
+    lower_bound_ : float
+        Final value of the objective of the kept restart (cavi: ELBO plus
+        ``smoothing * sum ln beta``; svi: the final full-data ELBO estimate).
+    lower_bounds_ : list of float
+        Objective after every EM iteration of the kept restart.
+    n_iter_ : int
+    converged_ : bool
+    degenerate_ : bool
+        True if every restart hit the degenerate optimum (a warning is issued).
+    n_degenerate_ : int
+        Number of restarts flagged degenerate (``sum(alpha) > 10 * max_i V_i``).
+    """
+
+    def __init__(self, n_clusters=2, *, inference="cavi", max_iter=100, tol=1e-6, n_init=3,
+                 inner_iter=5, init="kmeans", smoothing=1e-6, batch_size=None,
+                 learning_rate=0.05, n_perplexity_samples=200, random_state=None,
+                 device="cpu", dtype="float64", verbose=False):
+        self.n_clusters = n_clusters
+        self.inference = inference
+        self.max_iter = max_iter
+        self.tol = tol
+        self.n_init = n_init
+        self.inner_iter = inner_iter
+        self.init = init
+        self.smoothing = smoothing
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.n_perplexity_samples = n_perplexity_samples
+        self.random_state = random_state
+        self.device = device
+        self.dtype = dtype
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------ fitting
+    def _validate(self, ensemble):
+        K = check_n_clusters(self.n_clusters, ensemble.n_samples)
+        if self.inference not in ("cavi", "svi"):
+            raise ValueError(f"inference must be 'cavi' or 'svi'; got {self.inference!r}")
+        if self.init not in ("kmeans", "random"):
+            raise ValueError(f"init must be 'kmeans' or 'random'; got {self.init!r}")
+        check_positive_int(self.max_iter, "max_iter")
+        check_positive_int(self.n_init, "n_init")
+        check_positive_int(self.inner_iter, "inner_iter")
+        check_positive_int(self.n_perplexity_samples, "n_perplexity_samples")
+        check_positive_float(self.tol, "tol", allow_zero=True)
+        check_positive_float(self.smoothing, "smoothing")
+        check_positive_float(self.learning_rate, "learning_rate")
+        if self.batch_size is not None:
+            check_positive_int(self.batch_size, "batch_size")
+        return K, resolve_device(self.device), resolve_dtype(self.dtype)
+
+    def _init_beta(self, ensemble, K, rs):
+        if self.init == "kmeans":
+            return cavi.init_beta_kmeans(ensemble, K, rs)
+        return cavi.init_beta_random(ensemble, K, rs)
+
+    def _fit(self, ensemble: Ensemble):
+        K, dev, dtype = self._validate(ensemble)
+        self._device, self._dtype = dev, dtype
+        rs = check_random_state(self.random_state)
+        data = cavi.prepare_data(ensemble, device=dev, dtype=dtype)
+        if self.inference == "svi":
+            from ..inference.bce_svi import fit_svi
+
+            res = fit_svi(ensemble, data, K, beta0=self._init_beta(ensemble, K, rs),
+                          n_epochs=self.max_iter, batch_size=self.batch_size,
+                          learning_rate=self.learning_rate, smoothing=self.smoothing,
+                          random_state=rs, verbose=self.verbose)
+            degenerate_all = False
+            self.n_degenerate_ = 0
+        else:
+            best = None
+            runs = []
+            for r in range(self.n_init):
+                beta0 = self._init_beta(ensemble, K, rs)
+                bar = None
+                if self.verbose:
+                    from tqdm.auto import tqdm
+
+                    bar = tqdm(total=self.max_iter, desc=f"BCE restart {r + 1}/{self.n_init}")
+                res = cavi.variational_em(
+                    data, K, beta0, max_iter=self.max_iter, tol=self.tol,
+                    inner_iter=self.inner_iter, smoothing=self.smoothing,
+                    callback=(lambda it, lb, b=bar: b.update(1)) if bar else None)
+                if bar is not None:
+                    bar.close()
+                runs.append(res)
+                key = (not res["degenerate"], res["bounds"][-1])
+                if best is None or key > best[0]:
+                    best = (key, res)
+            res = best[1]
+            degenerate_all = all(r["degenerate"] for r in runs)
+            if degenerate_all:
+                warnings.warn(
+                    "every BCE restart ran into the degenerate optimum (sum(alpha) grew past "
+                    f"{10 * int(ensemble.mask.sum(1).max())}, 10x the most labels of a row); "
+                    "returning the best bound. Try init='kmeans', more n_init or fewer "
+                    "n_clusters.", RuntimeWarning, stacklevel=3)
+            self.n_degenerate_ = sum(r["degenerate"] for r in runs)
+        gamma = res["gamma"]
+        self._alpha_t = res["alpha"].detach()
+        self._beta_t = res["beta"].detach()
+        self.alpha_ = self._alpha_t.cpu().numpy().astype(np.float64)
+        self.beta_ = [b.cpu().numpy().astype(np.float64)
+                      for b in cavi.unpack_beta(self._beta_t, ensemble.offsets)]
+        self.gamma_ = gamma.T.cpu().numpy().astype(np.float64)
+        self.membership_ = self.gamma_ / self.gamma_.sum(1, keepdims=True)
+        self.labels_ = self.gamma_.argmax(1)
+        self.lower_bounds_ = [float(v) for v in res["bounds"]]
+        self.lower_bound_ = self.lower_bounds_[-1]
+        self.n_iter_ = int(res["n_iter"])
+        self.converged_ = bool(res["converged"])
+        self.degenerate_ = bool(degenerate_all)
+        return self
+
+    # ------------------------------------------------------------------ fold-in
+    def _fold_in(self, ensemble: Ensemble):
+        check_is_fitted(self, "alpha_")
+        data = cavi.prepare_data(ensemble, device=self._device, dtype=self._dtype)
+        return cavi.fold_in(self._alpha_t, self._beta_t, data), data
+
+    def predict_proba(self, X):
+        """Soft consensus of new rows by fold-in: ``gamma_i / sum_h gamma_ih``, shape (n, K).
+
+        ``gamma_i`` is the variational E-step (eqs. 5-6) run to convergence with the
+        fitted alpha and beta held fixed.
+        """
+        gamma, _ = self._fold_in(self._encode_new(X))
+        g = gamma.T.cpu().numpy().astype(np.float64)
+        return g / g.sum(1, keepdims=True)
+
+    def predict(self, X):
+        """Hard consensus of new rows (argmax of :meth:`predict_proba`), shape (n,)."""
+        return self.predict_proba(X).argmax(1)
+
+    # ------------------------------------------------------------ likelihood
+    def _log_likelihood(self, ensemble: Ensemble, chunk_size: int = 4096):
+        r"""Importance-sampling estimate of ``log p(x)`` and its standard error.
+
+        For each row ``i`` the proposal is the folded-in ``q(theta_i) = Dirichlet(gamma_i)``;
+        with ``S = n_perplexity_samples`` draws ``theta_s ~ q``::
+
+            log w_is = log Dir(theta_s | alpha) - log Dir(theta_s | gamma_i)
+                       + sum_{j observed} log sum_h theta_sh beta_j(h, x_ij)
+            log p(x_i) ~= log( (1/S) sum_s w_is )                 (logmeanexp)
+            total = sum_i log p(x_i)
+
+        ``(1/S) sum_s w_is`` is unbiased for ``p(x_i)``; its log is biased low
+        (Jensen), so the perplexity is slightly conservative (too high).  Standard
+        error of the total (delta method, rows independent)::
+
+            se^2 = sum_i Var_s(w_is) / (S * mean_s(w_is)^2)
+
+        Returns
+        -------
+        total : float
+        se : float
+        """
+        gamma, data = self._fold_in(ensemble)
+        alpha = self._alpha_t.to(gamma.dtype)
+        beta_ext = cavi._extend(self._beta_t.to(gamma.dtype))
+        S = self.n_perplexity_samples
+        g = torch_generator(self.random_state, device=gamma.device)
+        N = gamma.shape[1]
+        total = 0.0
+        var = 0.0
+        lnB_alpha = torch.lgamma(alpha).sum() - torch.lgamma(alpha.sum())
+        tiny = torch.finfo(gamma.dtype).tiny
+        for start in range(0, N, chunk_size):
+            rows = slice(start, min(N, start + chunk_size))
+            gm = gamma[:, rows]  # (K, n)
+            # Dirichlet draws via normalised Gammas (generator-seeded)
+            shape = gm.T.unsqueeze(0).expand(S, -1, -1)  # (S, n, K)
+            gam = torch._standard_gamma(shape.contiguous(), generator=g)
+            theta = gam / gam.sum(-1, keepdim=True)
+            theta = theta.clamp_min(tiny)
+            logt = torch.log(theta)
+            lnB_gamma = torch.lgamma(gm).sum(0) - torch.lgamma(gm.sum(0))  # (n,)
+            logw = ((alpha - 1.0) * logt).sum(-1) - lnB_alpha
+            logw = logw - (((gm.T - 1.0) * logt).sum(-1) - lnB_gamma)
+            theta_k = theta.permute(0, 2, 1)  # (S, K, n)
+            for j in range(data.n_partitions):
+                idx_j, mask_j = data.column(j, rows)
+                lik = (theta_k * beta_ext[:, idx_j]).sum(1)  # (S, n)
+                ll = torch.log(lik)
+                logw = logw + (ll if mask_j is None else ll * mask_j)
+            lw = logw.to(torch.float64)
+            mx = lw.max(0).values
+            w = torch.exp(lw - mx)
+            mean = w.mean(0)
+            total += float((torch.log(mean) + mx).sum())
+            if S > 1:
+                var += float((w.var(0) / (S * mean**2)).sum())
+        return total, math.sqrt(var)

@@ -1,0 +1,355 @@
+"""Generalized Bayesian cluster ensembles (Wang, Shan & Banerjee 2011, section 6)."""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from ..base import (
+    check_n_clusters,
+    check_positive_float,
+    check_positive_int,
+    resolve_device,
+    resolve_dtype,
+)
+from ..data import Ensemble, as_ensemble
+from ..inference import bce_cavi
+from ..inference import gbce_cavi as cavi
+from .bce import BCE
+
+__all__ = ["GBCE"]
+
+
+def _check_features(features, n_rows, n_cols=None, *, fitting):
+    """Validate a feature matrix: 2-D float (n_rows, D), NaN = missing, no inf.
+
+    When fitting, a column without any observed value is an error.
+    """
+    if isinstance(features, Ensemble):
+        raise TypeError("features must be a float array of original features, not an Ensemble")
+    try:
+        import torch
+
+        if isinstance(features, torch.Tensor):
+            features = features.detach().cpu().numpy()
+    except ImportError:  # pragma: no cover
+        pass
+    if hasattr(features, "to_numpy") and hasattr(features, "columns"):
+        features = features.to_numpy(dtype=np.float64, na_value=np.nan)
+    try:
+        F = np.asarray(features, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"features must be a numeric array of shape (n_samples, n_features); "
+                         f"could not convert it to float ({exc})") from None
+    if F.ndim != 2:
+        hint = " (use F.reshape(-1, 1) for a single feature)" if F.ndim == 1 else ""
+        raise ValueError(f"features must be 2-D of shape (n_samples, n_features); got {F.ndim}-D "
+                         f"with shape {F.shape}{hint}")
+    if F.shape[0] != n_rows:
+        raise ValueError(f"features has {F.shape[0]} rows but the label matrix X has {n_rows}; "
+                         "row i of features must describe row i of X")
+    if n_cols is not None and F.shape[1] != n_cols:
+        raise ValueError(f"features has {F.shape[1]} columns; the model was fitted with {n_cols}")
+    if F.shape[1] == 0:
+        raise ValueError("features has no columns; pass features=None to fit plain BCE")
+    inf = np.isinf(F)
+    if inf.any():
+        i, f = np.argwhere(inf)[0]
+        raise ValueError(f"feature at row {i}, column {f} is infinite "
+                         "(use NaN for a missing value)")
+    if fitting:
+        empty = np.flatnonzero(np.isnan(F).all(axis=0))
+        if empty.size:
+            raise ValueError(f"feature column {empty[0]} has no observed value (all NaN; "
+                             f"{empty.size} such column(s)); remove it")
+    return F
+
+
+class GBCE(BCE):
+    """Generalized Bayesian cluster ensemble: consensus from base labels *and* features.
+
+    GBCE (paper section 6) generates, for each point, its base-clustering labels
+    and its original features from one mixed membership (paper symbols; ``k_j``
+    labels in base clustering ``j``, ``D`` features)::
+
+        theta_i ~ Dirichlet(alpha)                               alpha: (K,)
+        u_j times, for each observed label x_ij:
+            z ~ Categorical(theta_i),  x_ij ~ Categorical(beta_j[z])      beta_j: (K, k_j)
+        w_f times, for each observed feature o_if:
+            z ~ Categorical(theta_i),  o_if ~ Normal(mu[z, f], sigma2[z, f])  mu: (K, D)
+
+    The weights ``u_j = label_weight`` and ``w_f = feature_weight`` may be any
+    real numbers >= 0.  The paper's comparison with BCE (its Fig. 7) uses
+    ``feature_weight=1`` and ``label_weight=D``, so that each base clustering
+    counts as much as the whole feature vector (``label_weight="n_features"``).
+    ``feature_weight=0`` (or ``features=None``) gives BCE exactly.  Fitted by
+    variational EM (paper eqs. 12-17; :mod:`consensuskit.inference.gbce_cavi`),
+    with BCE's initialisation, restarts and Newton step for ``alpha``.  Pyro
+    model and guide: :mod:`consensuskit.models.gbce`.
+
+    Parameters
+    ----------
+    n_clusters : int, default 2
+        ``K``.
+    label_weight : float, array-like (M,) or "n_features", default 1.0
+        ``u_j``; "n_features" means ``D``, the number of feature columns.
+    feature_weight : float or array-like (D,), default 1.0
+        ``w_f``; a feature with weight 0 is left out of the model.
+    feature_likelihood : {"gaussian"}
+        Per-cluster distribution of a feature (the paper's choice, eq. 13).
+    feature_smoothing : float, default 1e-2
+        ``nu``: pseudo-observations, at each feature's overall mean with its
+        overall variance, added to every cluster's weighted mean/variance
+        (eqs. 16-17).  Keeps ``sigma2 > 0`` when a cluster owns one value;
+        0 gives eqs. 16-17 exactly.  A MAP prior, so the bound stays monotone.
+    inference : {"cavi"}
+        Variational EM (no SVI engine for GBCE).
+    max_iter, tol, n_init, inner_iter, init, smoothing, n_perplexity_samples, random_state,
+    device, dtype, verbose
+        As in :class:`~consensuskit.estimators.bce.BCE`.
+
+    Attributes
+    ----------
+    alpha_, beta_, gamma_, membership_, labels_ : as in BCE
+        ``gamma_`` (N, K) is the variational Dirichlet given labels and features.
+    mu_, sigma2_ : ndarray (K, D)
+        Per-cluster feature means and variances; NaN for a feature left out
+        (weight 0, or constant over the observed rows: it carries no cluster
+        information and its variance would collapse to 0, so it is dropped with
+        a warning).
+    label_weight_ : ndarray (M,);  feature_weight_ : ndarray (D,)
+        The weights used (0 for dropped features).
+    n_original_features_ : int
+        ``D``.
+    lower_bound_, lower_bounds_ : float, list of float
+        The weighted bound plus the smoothing log-priors (never decreases).
+    n_iter_, converged_, degenerate_, n_degenerate_ : as in BCE
+
+    Notes
+    -----
+    ``score`` and ``perplexity`` measure the *labels* only, each observed label
+    counted once (the weights are a fitting device, not part of a label
+    distribution), with the features integrated out -- not conditioned on:
+    ``log p(x_i | alpha, beta)`` under the fitted GBCE ``alpha`` and ``beta``,
+    estimated by importance sampling exactly as BCE does.  The numbers are thus
+    directly comparable with a BCE fitted to the same labels.
+    """
+
+    def __init__(self, n_clusters=2, *, label_weight=1.0, feature_weight=1.0,
+                 feature_likelihood="gaussian", feature_smoothing=1e-2, inference="cavi",
+                 max_iter=100, tol=1e-6, n_init=3, inner_iter=5, init="kmeans", smoothing=1e-6,
+                 n_perplexity_samples=200, random_state=None, device="cpu", dtype="float64",
+                 verbose=False):
+        self.n_clusters = n_clusters
+        self.label_weight = label_weight
+        self.feature_weight = feature_weight
+        self.feature_likelihood = feature_likelihood
+        self.feature_smoothing = feature_smoothing
+        self.inference = inference
+        self.max_iter = max_iter
+        self.tol = tol
+        self.n_init = n_init
+        self.inner_iter = inner_iter
+        self.init = init
+        self.smoothing = smoothing
+        self.n_perplexity_samples = n_perplexity_samples
+        self.random_state = random_state
+        self.device = device
+        self.dtype = dtype
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------ checks
+    def _validate(self, ensemble):
+        K = check_n_clusters(self.n_clusters, ensemble.n_samples)
+        if self.inference != "cavi":
+            raise ValueError(f"inference must be 'cavi' for GBCE (no SVI engine); "
+                             f"got {self.inference!r}")
+        if self.feature_likelihood != "gaussian":
+            raise ValueError(f"feature_likelihood must be 'gaussian'; "
+                             f"got {self.feature_likelihood!r}")
+        if self.init not in ("kmeans", "random"):
+            raise ValueError(f"init must be 'kmeans' or 'random'; got {self.init!r}")
+        check_positive_int(self.max_iter, "max_iter")
+        check_positive_int(self.n_init, "n_init")
+        check_positive_int(self.inner_iter, "inner_iter")
+        check_positive_int(self.n_perplexity_samples, "n_perplexity_samples")
+        check_positive_float(self.tol, "tol", allow_zero=True)
+        check_positive_float(self.smoothing, "smoothing")
+        check_positive_float(self.feature_smoothing, "feature_smoothing", allow_zero=True)
+        return K, resolve_device(self.device), resolve_dtype(self.dtype)
+
+    def _weights(self, value, size, name):
+        if isinstance(value, str):
+            raise ValueError(f"{name} must be a number or an array of shape ({size},); "
+                             f"got {value!r}")
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a real number; got {value!r}")
+        if isinstance(value, numbers.Real):
+            w = np.full(size, check_positive_float(value, name, allow_zero=True))
+        else:
+            w = np.asarray(value, dtype=np.float64)
+            if w.shape != (size,):
+                raise ValueError(f"{name} must be a number or have shape ({size},); "
+                                 f"got shape {w.shape}")
+            if not np.all(np.isfinite(w)) or (w < 0).any():
+                raise ValueError(f"{name} must be finite and >= 0")
+        return w
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, X, y=None, features=None):
+        """Fit on base clusterings ``X`` (N, M) and original features ``features`` (N, D).
+
+        Parameters
+        ----------
+        X : array-like (N, M) or Ensemble
+            Base-clustering labels, -1 (or NaN) missing.
+        y : ignored
+        features : array-like (N, D) of float or None
+            Row ``i`` describes the point of row ``i`` of ``X``; NaN = missing value.
+            None fits BCE (every feature weight 0).
+
+        Raises
+        ------
+        ValueError
+            Bad labels (see :class:`~consensuskit.data.Ensemble`), features with a row
+            count different from ``X``, an infinite value, an all-NaN column, or a bad
+            weight / hyper-parameter.
+        """
+        ens = as_ensemble(X)
+        F = None
+        if features is not None:
+            F = _check_features(features, ens.n_samples, fitting=True)
+        self.ensemble_ = ens
+        self.n_features_in_ = ens.n_partitions
+        self._fit(ens, F)
+        return self
+
+    def fit_predict(self, X, y=None, features=None):
+        """Fit and return the hard consensus ``labels_`` (N,)."""
+        return self.fit(X, features=features).labels_
+
+    def _resolve_weights(self, ensemble, F):
+        D = 0 if F is None else F.shape[1]
+        if isinstance(self.label_weight, str):
+            if self.label_weight != "n_features":
+                raise ValueError(f"label_weight must be a number, an array or 'n_features'; "
+                                 f"got {self.label_weight!r}")
+            u = np.full(ensemble.n_partitions, float(max(D, 1)))
+        else:
+            u = self._weights(self.label_weight, ensemble.n_partitions, "label_weight")
+        if F is None:
+            return u, np.zeros(0), np.zeros(0), np.zeros(0)
+        w = self._weights(self.feature_weight, D, "feature_weight")
+        n_obs = (~np.isnan(F)).sum(0)
+        center = np.nansum(F, 0) / n_obs
+        spread = np.nansum((F - center) ** 2, 0) / n_obs
+        const = np.flatnonzero((spread <= 0) & (w > 0))
+        if const.size:
+            warnings.warn(f"feature column(s) {const.tolist()} take a single value over the "
+                          "observed rows; they carry no cluster information and are left out",
+                          RuntimeWarning, stacklevel=4)
+            w = w.copy()
+            w[const] = 0.0
+        return u, w, center, spread
+
+    def _fit(self, ensemble: Ensemble, F=None):
+        K, dev, dtype = self._validate(ensemble)
+        self._device, self._dtype = dev, dtype
+        u, w, center, spread = self._resolve_weights(ensemble, F)
+        rs = check_random_state(self.random_state)
+        data = cavi.prepare_data(ensemble, F, u, w if F is not None else 0.0, device=dev,
+                                 dtype=dtype, center=center, spread=spread)
+        best = None
+        runs = []
+        for r in range(self.n_init):
+            beta0 = self._init_beta(ensemble, K, rs)
+            bar = None
+            if self.verbose:
+                from tqdm.auto import tqdm
+
+                bar = tqdm(total=self.max_iter, desc=f"GBCE restart {r + 1}/{self.n_init}")
+            res = cavi.variational_em(
+                data, K, beta0, max_iter=self.max_iter, tol=self.tol,
+                inner_iter=self.inner_iter, smoothing=self.smoothing,
+                feature_smoothing=self.feature_smoothing,
+                callback=(lambda it, lb, b=bar: b.update(1)) if bar else None)
+            if bar is not None:
+                bar.close()
+            runs.append(res)
+            key = (not res["degenerate"], res["bounds"][-1])
+            if best is None or key > best[0]:
+                best = (key, res)
+        res = best[1]
+        degenerate_all = all(r["degenerate"] for r in runs)
+        if degenerate_all:
+            warnings.warn(
+                "every GBCE restart ran into the degenerate optimum (sum(alpha) grew past "
+                "10 times the largest weighted row count); returning the best bound. Try "
+                "init='kmeans', more n_init or fewer n_clusters.", RuntimeWarning, stacklevel=3)
+        self.n_degenerate_ = sum(r["degenerate"] for r in runs)
+        self._alpha_t = res["alpha"].detach()
+        self._beta_t = res["beta"].detach()
+        self._mu_t = res["mu"].detach()
+        self._sigma2_t = res["sigma2"].detach()
+        self._center, self._spread = center, spread
+        self.alpha_ = self._alpha_t.cpu().numpy().astype(np.float64)
+        self.beta_ = [b.cpu().numpy().astype(np.float64)
+                      for b in bce_cavi.unpack_beta(self._beta_t, ensemble.offsets)]
+        D = len(w)
+        self.mu_ = np.full((K, D), np.nan)
+        self.sigma2_ = np.full((K, D), np.nan)
+        self.mu_[:, data.feature_index] = self._mu_t.cpu().numpy()
+        self.sigma2_[:, data.feature_index] = self._sigma2_t.cpu().numpy()
+        self.label_weight_ = u
+        self.feature_weight_ = w
+        self.n_original_features_ = D
+        self.gamma_ = res["gamma"].T.cpu().numpy().astype(np.float64)
+        self.membership_ = self.gamma_ / self.gamma_.sum(1, keepdims=True)
+        self.labels_ = self.gamma_.argmax(1)
+        self.lower_bounds_ = [float(v) for v in res["bounds"]]
+        self.lower_bound_ = self.lower_bounds_[-1]
+        self.n_iter_ = int(res["n_iter"])
+        self.converged_ = bool(res["converged"])
+        self.degenerate_ = bool(degenerate_all)
+        return self
+
+    # ------------------------------------------------------------------ fold-in
+    def predict_proba(self, X, features=None):
+        """Soft consensus of new rows by fold-in, shape (n, K).
+
+        The E-step (eqs. 12-14) is run to convergence on the new rows with the
+        fitted ``alpha``, ``beta``, ``mu``, ``sigma2`` and weights held fixed;
+        returns ``gamma_i / sum_h gamma_ih``.
+
+        Parameters
+        ----------
+        X : array-like (n, M)
+            Labels in the training label space (-1 missing; a row may be all missing).
+        features : array-like (n, D) or None
+            NaN = missing; None treats every feature as missing (labels only).
+        """
+        check_is_fitted(self, "alpha_")
+        ens = self._encode_new(X)
+        D = self.n_original_features_
+        F = None
+        if features is not None:
+            if D == 0:
+                raise ValueError("this GBCE was fitted without features; call "
+                                 "predict_proba(X) without features")
+            F = _check_features(features, ens.n_samples, D, fitting=False)
+        elif D:
+            F = np.full((ens.n_samples, D), np.nan)
+        data = cavi.prepare_data(ens, F, self.label_weight_, self.feature_weight_ if D else 0.0,
+                                 device=self._device, dtype=self._dtype,
+                                 center=self._center, spread=self._spread)
+        gamma = cavi.fold_in(self._alpha_t, self._beta_t, self._mu_t, self._sigma2_t, data)
+        g = gamma.T.cpu().numpy().astype(np.float64)
+        return g / g.sum(1, keepdims=True)
+
+    def predict(self, X, features=None):
+        """Hard consensus of new rows (argmax of :meth:`predict_proba`), shape (n,)."""
+        return self.predict_proba(X, features=features).argmax(1)

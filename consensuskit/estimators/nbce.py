@@ -1,0 +1,423 @@
+"""NBCE estimator: nonparametric Bayesian clustering ensembles (Wang et al. 2010)."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+from scipy.special import logsumexp
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from ..base import (
+    ConsensusEstimator,
+    GenerativeMixin,
+    check_positive_float,
+    check_positive_int,
+    resolve_device,
+    resolve_dtype,
+    torch_generator,
+)
+from ..data import Ensemble
+from ..inference.arviz_adapter import to_inference_data
+from ..inference.nbce_cvb import cvb_nbce
+from ..inference.nbce_gibbs import (
+    co_clustering,
+    draw_counts,
+    gibbs_nbce,
+    point_consensus,
+    relabel_by_size,
+)
+from ..inference.nbce_vb import vb_nbce
+
+__all__ = ["NBCE", "predictive_parameters"]
+
+
+def _stick_means(Nk, alpha0):
+    """E[pi | z] under TSB: E[v_k] prod_{h<k} (1 - E[v_h]), last stick = 1. Nk (..., T)."""
+    ge = np.cumsum(Nk[..., ::-1], axis=-1)[..., ::-1]
+    ev = (1.0 + Nk) / (1.0 + alpha0 + ge)
+    ev[..., -1] = 1.0
+    rest = np.cumprod(np.concatenate([np.ones(Nk.shape[:-1] + (1,)), 1.0 - ev[..., :-1]], -1), -1)
+    return ev * rest
+
+
+def predictive_parameters(Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
+    """Posterior-mean (pi, theta) given cluster counts (posterior of pi, theta | z, x).
+
+    Parameters
+    ----------
+    Nk : (T,), Nkl : (T, L), Nkm : (T, M)
+        Cluster sizes, label counts, per-column observed counts (may be expected counts).
+    alpha0, beta : float
+    n_labels : (M,)
+    prior : {"tsb", "fsd"}
+
+    Returns
+    -------
+    log_pi : (T,), log_theta : (T, L)
+        ``theta_kl = (beta + N_kl) / (k_j beta + N_kj)``; ``pi`` is the Dirichlet
+        posterior mean (FSD) or the product of posterior stick means (TSB).
+    """
+    Nk = np.asarray(Nk, dtype=np.float64)
+    n_labels = np.asarray(n_labels)
+    col_of = np.repeat(np.arange(n_labels.size), n_labels)
+    theta = (beta + np.asarray(Nkl, dtype=np.float64)) / (
+        n_labels[col_of][None, :] * beta + np.asarray(Nkm, dtype=np.float64)[:, col_of]
+    )
+    if prior == "fsd":
+        T = Nk.size
+        pi = (alpha0 / T + Nk) / (alpha0 + Nk.sum())
+    else:
+        pi = _stick_means(Nk, alpha0)
+    with np.errstate(divide="ignore"):
+        return np.log(pi), np.log(theta)
+
+
+def _component_loglik(idx, log_theta):
+    """sum_{j observed} log theta[k, idx_ij] -> (n, T); idx (n, M) global, -1 missing."""
+    n, M = idx.shape
+    out = np.zeros((n, log_theta.shape[0]))
+    for j in range(M):
+        col = idx[:, j]
+        obs = col >= 0
+        out[obs] += log_theta[:, col[obs]].T
+    return out
+
+
+class NBCE(GenerativeMixin, ConsensusEstimator):
+    """Nonparametric Bayesian clustering ensemble: a truncated Dirichlet-process mixture
+    of categorical distributions over the base labels of each point.
+
+    Model (see :mod:`consensuskit.models.nbce`): ``theta*_kj ~ Dir(beta)``, mixing
+    weights from truncated stick-breaking (``prior="tsb"``) or a finite symmetric
+    Dirichlet ``Dir(alpha0/T)`` (``prior="fsd"``), ``z_i ~ Cat(pi)``,
+    ``x_ij ~ Cat(theta*_{z_i j})`` for the observed labels.  The number of
+    consensus clusters is inferred (``n_clusters_``); ``truncation`` is only an
+    upper bound.
+
+    Parameters
+    ----------
+    truncation : int, default 20
+        T, the number of mixture components (the paper's K).
+    prior : {"tsb", "fsd"}, default "tsb"
+    inference : {"gibbs", "vb", "cvb"}, default "gibbs"
+        Collapsed Gibbs sampling (numba), mean-field VB (FSD only, torch) or
+        first-order collapsed VB (torch).
+    n_samples, burn_in, thin, n_chains : int
+        Gibbs: retained draws per chain, discarded sweeps, thinning, chains.
+    alpha0, beta : float, default 1.0, 0.5
+        Concentration and Dirichlet parameter (fixed, or starting values).
+    update_hyper : bool, default True
+        Gibbs: slice-sample alpha0 and beta each sweep (Gamma(1, 1) priors).
+        VB: Newton updates maximising the bound.  CVB: ignored (kept fixed).
+    max_iter : int, default 500
+        VB / CVB iterations (passes).
+    tol : float, default 1e-6
+        VB: relative bound change; CVB: largest change of a responsibility.
+    random_state : None, int or RandomState
+    dtype : torch dtype or name, default "float64"
+        VB / CVB arithmetic.
+    device : {"cpu", "cuda"}, default "cpu"
+        VB / CVB device.
+    verbose : bool, default False
+        Progress bars.
+
+    Attributes
+    ----------
+    labels_ : int64 (n_samples,)
+        Hard consensus, 0..n_clusters_-1 by decreasing size.  Gibbs: the retained
+        draw closest to the posterior co-clustering matrix (Dahl's least-squares
+        point estimate, free of label switching).  VB/CVB: argmax of q(z).
+    n_clusters_ : int
+        Number of clusters in ``labels_``.
+    membership_ : float (n_samples, n_clusters_)
+        Soft consensus.  Gibbs: fraction of draws (each draw's clusters matched to
+        ``labels_``' clusters by the Hungarian method on their overlap) in which
+        the point is in each consensus cluster.  VB/CVB: q(z) on the kept clusters,
+        renormalised.
+    inference_data_ : arviz InferenceData (arviz 0.x) / DataTree (1.x) or None
+        Gibbs: permutation-invariant traces ``log_joint``, ``n_clusters``
+        (occupied), ``alpha0``, ``beta`` with dims (chain, draw).  None for VB/CVB.
+    samples_ : dict
+        Gibbs: the raw draws of :func:`consensuskit.inference.nbce_gibbs.gibbs_nbce`.
+    alpha0_, beta_ : float
+        Final (VB/CVB) or posterior-mean (Gibbs) hyper-parameters.
+    lower_bound_, lower_bounds_, n_iter_, converged_
+        VB: the ELBO (non-decreasing).  CVB: its first-order approximation
+        (monitoring only, not guaranteed monotone).  Not set for Gibbs.
+    """
+
+    def __init__(
+        self,
+        truncation=20,
+        *,
+        prior="tsb",
+        inference="gibbs",
+        n_samples=200,
+        burn_in=100,
+        thin=1,
+        n_chains=2,
+        alpha0=1.0,
+        beta=0.5,
+        update_hyper=True,
+        max_iter=500,
+        tol=1e-6,
+        random_state=None,
+        dtype="float64",
+        device="cpu",
+        verbose=False,
+    ):
+        self.truncation = truncation
+        self.prior = prior
+        self.inference = inference
+        self.n_samples = n_samples
+        self.burn_in = burn_in
+        self.thin = thin
+        self.n_chains = n_chains
+        self.alpha0 = alpha0
+        self.beta = beta
+        self.update_hyper = update_hyper
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.dtype = dtype
+        self.device = device
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------ fit
+    def _validate(self, ens):
+        T = check_positive_int(self.truncation, "truncation", minimum=2)
+        if self.prior not in ("tsb", "fsd"):
+            raise ValueError(f"prior must be 'tsb' or 'fsd'; got {self.prior!r}")
+        if self.inference not in ("gibbs", "vb", "cvb"):
+            raise ValueError(f"inference must be 'gibbs', 'vb' or 'cvb'; got {self.inference!r}")
+        if self.inference == "vb" and self.prior != "fsd":
+            raise ValueError(
+                "inference='vb' is defined for prior='fsd' only (paper section 5.2); "
+                "use inference='cvb' or 'gibbs' with prior='tsb'"
+            )
+        check_positive_int(self.n_samples, "n_samples")
+        check_positive_int(self.burn_in, "burn_in", minimum=0)
+        check_positive_int(self.thin, "thin")
+        check_positive_int(self.n_chains, "n_chains")
+        check_positive_int(self.max_iter, "max_iter")
+        check_positive_float(self.alpha0, "alpha0")
+        check_positive_float(self.beta, "beta")
+        check_positive_float(self.tol, "tol")
+        if not isinstance(self.update_hyper, (bool, np.bool_)):
+            raise TypeError(f"update_hyper must be a bool; got {self.update_hyper!r}")
+        return T
+
+    def _fit(self, ens: Ensemble):
+        T = self._validate(ens)
+        rs = check_random_state(self.random_state)
+        self._idx_train = ens.offset_index()
+        if self.inference == "gibbs":
+            self._fit_gibbs(ens, T, rs)
+        else:
+            self._fit_variational(ens, T, rs)
+        return self
+
+    def _fit_gibbs(self, ens, T, rs):
+        out = gibbs_nbce(
+            self._idx_train, ens.n_labels, T, prior=self.prior, alpha0=self.alpha0,
+            beta=self.beta, update_hyperparameters=bool(self.update_hyper),
+            n_samples=self.n_samples, burn_in=self.burn_in, thin=self.thin,
+            n_chains=self.n_chains, random_state=rs, verbose=self.verbose,
+        )
+        self.samples_ = out
+        C, S = out["log_joint"].shape
+        Z = out["z"].reshape(C * S, -1)
+        labels, best = point_consensus(Z, random_state=rs)
+        self.labels_ = labels
+        self.n_clusters_ = int(labels.max()) + 1
+        self._best_draw = best
+        # match each draw's clusters to the consensus clusters (label switching)
+        K = self.n_clusters_
+        maps = np.full((C * S, T), -1, dtype=np.int64)
+        member = np.zeros((ens.n_samples, K))
+        rows = np.arange(ens.n_samples)
+        for s in range(C * S):
+            cont = np.bincount(Z[s] * K + labels, minlength=T * K).reshape(T, K)
+            r, c = linear_sum_assignment(-cont)
+            keep = cont[r, c] > 0
+            maps[s, r[keep]] = c[keep]
+            mz = maps[s, Z[s]]
+            ok = mz >= 0
+            member += np.bincount(rows[ok] * K + mz[ok], minlength=member.size).reshape(
+                member.shape
+            )
+        tot = member.sum(1, keepdims=True)
+        empty = tot[:, 0] == 0
+        member[empty, labels[empty]] = 1.0
+        tot[empty] = 1.0
+        self.membership_ = member / tot
+        self._draw_maps = maps
+        self.n_clusters_draws_ = out["n_occupied"]
+        self.alpha0_ = float(out["alpha0"].mean())
+        self.beta_ = float(out["beta"].mean())
+        self.inference_data_ = to_inference_data(
+            {
+                "log_joint": out["log_joint"],
+                "n_clusters": out["n_occupied"],
+                "alpha0": out["alpha0"],
+                "beta": out["beta"],
+            },
+            attrs={"prior": self.prior, "truncation": T, "inference": "collapsed_gibbs"},
+        )
+
+    def _fit_variational(self, ens, T, rs):
+        dtype = resolve_dtype(self.dtype)
+        device = resolve_device(self.device)
+        gen = torch_generator(rs)
+        kw = dict(generator=gen, dtype=dtype, device=device, verbose=self.verbose,
+                  max_iter=self.max_iter, tol=self.tol)
+        if self.inference == "vb":
+            out = vb_nbce(self._idx_train, ens.n_labels, T, alpha0=self.alpha0, beta=self.beta,
+                          update_hyperparameters=bool(self.update_hyper), **kw)
+            xi = out["xi"].double().cpu().numpy()
+            rho = out["rho"].double().cpu().numpy()
+            col_of = np.repeat(np.arange(ens.n_partitions), ens.n_labels)
+            rs_sum = np.zeros((T, ens.n_partitions))
+            np.add.at(rs_sum.T, col_of, rho.T)
+            self._log_pi = np.log(xi / xi.sum())
+            self._log_theta = np.log(rho / rs_sum[:, col_of])
+        else:
+            out = cvb_nbce(self._idx_train, ens.n_labels, T, prior=self.prior,
+                           alpha0=self.alpha0, beta=self.beta, **kw)
+            self._log_pi, self._log_theta = predictive_parameters(
+                out["Nk"].double().cpu().numpy(), out["Nkl"].double().cpu().numpy(),
+                out["Nkm"].double().cpu().numpy(), out["alpha0"], out["beta"],
+                ens.n_labels, self.prior,
+            )
+        gamma = out["gamma"].double().cpu().numpy()
+        hard = gamma.argmax(1)
+        kept, first = np.unique(hard, return_index=True)
+        lab = relabel_by_size(hard)
+        order = np.empty(kept.size, dtype=np.int64)  # consensus label -> component
+        order[lab[first]] = kept
+        self._components = order
+        self.labels_ = lab
+        self.n_clusters_ = int(kept.size)
+        m = gamma[:, order]
+        self.membership_ = m / m.sum(1, keepdims=True)
+        self.alpha0_ = float(out["alpha0"])
+        self.beta_ = float(out["beta"])
+        self.lower_bounds_ = np.asarray(out["lower_bounds"])
+        self.lower_bound_ = float(self.lower_bounds_[-1])
+        self.n_iter_ = int(out["n_iter"])
+        self.converged_ = bool(out["converged"])
+        self.inference_data_ = None
+
+    # ------------------------------------------------------------ posterior
+    def co_clustering(self, pairs=None):
+        """Posterior probability that two points share a cluster (Gibbs only).
+
+        ``pairs=None`` gives the dense (N, N) matrix (small N only); an int
+        array (P, 2) gives the P probabilities.
+        """
+        check_is_fitted(self, "labels_")
+        if self.inference != "gibbs":
+            raise ValueError("co_clustering needs inference='gibbs'")
+        Z = self.samples_["z"].reshape(-1, self.samples_["z"].shape[-1])
+        return co_clustering(Z, pairs)
+
+    def _draw_loglik(self, s, idx):
+        """Draw s (chains stacked): log pi_k + log p(x_i | theta_k) for its occupied
+        components, (n, K_occ), their indices, and the row log-likelihood (n,)
+        including the empty components (which share theta_kl = 1/k_j, so they are
+        scored once with their summed weight)."""
+        o = self.samples_
+        C, S = o["log_joint"].shape
+        c, d = divmod(s, S)
+        Nk = o["counts"][c, d]
+        if "label_counts" in o:
+            Nkl, Nkm = o["label_counts"][c, d], o["col_counts"][c, d]
+        else:  # too large to keep per draw: recompute from the draw's z
+            Nkl, Nkm = draw_counts(self._idx_train, o["z"][c, d], Nk.size, o["n_labels"])
+        lp, lt = predictive_parameters(
+            Nk, Nkl, Nkm,
+            o["alpha0"][c, d], o["beta"][c, d], o["n_labels"], o["prior"],
+        )
+        occ = np.flatnonzero(Nk > 0)
+        empty = np.flatnonzero(Nk == 0)
+        lj = lp[occ][None, :] + _component_loglik(idx, lt[occ])
+        if empty.size:
+            le = logsumexp(lp[empty]) + _component_loglik(idx, lt[empty[:1]])[:, 0]
+            total = np.logaddexp(logsumexp(lj, axis=1), le)
+        else:
+            total = logsumexp(lj, axis=1)
+        return lj, occ, total
+
+    def _row_logliks_gibbs(self, idx):
+        """(S, n) log p(x_i | draw s's posterior-mean parameters)."""
+        C, S = self.samples_["log_joint"].shape
+        out = np.empty((C * S, idx.shape[0]))
+        for s in range(C * S):
+            out[s] = self._draw_loglik(s, idx)[2]
+        return out
+
+    def _log_likelihood(self, ensemble: Ensemble):
+        """Total log predictive probability of the observed labels of ``ensemble``'s rows.
+
+        Gibbs: for each row, ``log (1/S) sum_s p(x_i | E[pi, theta | z^(s), x_train])``
+        — the posterior predictive of a single row averaged over the S retained
+        draws (exact given each draw, since pi and theta are conditionally
+        independent Dirichlet/Beta a posteriori).  Rows are scored one at a time
+        (not jointly); training rows are scored with the fitted draws, i.e. they
+        are in-sample.  The standard error is the Monte-Carlo (delta-method)
+        error over draws, treating draws as independent.
+        VB / CVB: ``log sum_k pi_k prod_j theta_{k, x_ij}`` at the variational
+        posterior means (VB: xi/sum xi and rho/sum rho; CVB: the posterior means
+        given the expected counts); standard error 0.
+        """
+        check_is_fitted(self, "labels_")
+        idx = ensemble.offset_index()
+        if self.inference == "gibbs":
+            R = self._row_logliks_gibbs(idx)  # (S, n)
+            S = R.shape[0]
+            row = logsumexp(R, axis=0) - np.log(S)
+            w = np.exp(R - row[None, :])  # p_s / p_bar
+            se = float(np.sqrt(np.sum(w.var(axis=0) / S))) if S > 1 else 0.0
+            return float(row.sum()), se
+        ll = logsumexp(self._log_pi[None, :] + _component_loglik(idx, self._log_theta), axis=1)
+        return float(ll.sum()), 0.0
+
+    # -------------------------------------------------------------- predict
+    def predict_proba(self, X):
+        """Soft assignment of new rows to the consensus clusters, (n, n_clusters_).
+
+        Gibbs: the responsibilities under each draw's posterior-mean parameters,
+        mapped to the consensus clusters through the draw's matching, averaged
+        over draws and renormalised (mass on clusters a draw does not match is
+        dropped).  VB/CVB: responsibilities under the variational posterior means,
+        restricted to the kept clusters.
+        """
+        check_is_fitted(self, "labels_")
+        ens = X if isinstance(X, Ensemble) else self._encode_new(X, unknown="missing")
+        idx = ens.offset_index()
+        n = idx.shape[0]
+        K = self.n_clusters_
+        if self.inference != "gibbs":
+            lj = self._log_pi[None, :] + _component_loglik(idx, self._log_theta)
+            lj = lj[:, self._components]
+            lj -= lj.max(1, keepdims=True)
+            p = np.exp(lj)
+            return p / p.sum(1, keepdims=True)
+        C, S = self.samples_["log_joint"].shape
+        P = np.zeros((n, K))
+        for s in range(C * S):
+            lj, occ, total = self._draw_loglik(s, idx)
+            r = np.exp(lj - total[:, None])  # responsibilities of the occupied components
+            mp = self._draw_maps[s][occ]
+            ok = np.flatnonzero(mp >= 0)
+            np.add.at(P.T, mp[ok], r[:, ok].T)
+        tot = P.sum(1, keepdims=True)
+        bad = tot[:, 0] <= 0
+        P[bad] = 1.0 / K
+        tot[bad] = 1.0
+        return P / tot
+
+    def predict(self, X):
+        """Hard consensus cluster of new rows (argmax of :meth:`predict_proba`)."""
+        return self.predict_proba(X).argmax(1).astype(np.int64)

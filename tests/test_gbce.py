@@ -1,0 +1,361 @@
+"""GBCE (Wang, Shan & Banerjee 2011, section 6): engine vs Pyro model, reduction to BCE, fits."""
+
+import numpy as np
+import pyro
+import pytest
+import torch
+from pyro.infer import TraceEnum_ELBO, config_enumerate
+from sklearn.cluster import KMeans
+from sklearn.datasets import load_iris
+from sklearn.metrics.cluster import contingency_matrix
+
+from consensuskit.data import Ensemble
+from consensuskit.estimators.bce import BCE
+from consensuskit.estimators.gbce import GBCE
+from consensuskit.inference import bce_cavi, gbce_cavi
+from consensuskit.models import gbce as gbce_model
+
+
+def _micro_precision(y_true, y_pred):
+    """The paper's MP: each consensus cluster counts its majority class."""
+    return contingency_matrix(y_true, y_pred).max(axis=0).sum() / len(y_true)
+
+
+def _tiny():
+    """4 rows, 2 base clusterings (2 and 3 labels), 2 features; one label and one value missing."""
+    X = np.array([[0, 1], [1, 0], [0, -1], [1, 2]])
+    F = np.array([[0.3, -1.2], [1.7, np.nan], [-0.4, 0.5], [2.2, 0.9]])
+    return X, F
+
+
+@pytest.fixture(scope="module")
+def iris():
+    F, y = load_iris(return_X_y=True)
+    pool = np.column_stack([
+        KMeans(3, n_init=1, init="random", random_state=s).fit_predict(F) for s in range(50)])
+    return F, y, pool
+
+
+def _labelled_incomplete(rng, n=60, m=4, d=3, k=3):
+    centers = rng.normal(scale=3.0, size=(k, d))
+    truth = rng.integers(0, k, size=n)
+    F = centers[truth] + rng.normal(size=(n, d))
+    X = np.column_stack([np.where(rng.random(n) < 0.8, truth, rng.integers(0, k, size=n))
+                         for _ in range(m)])
+    X[rng.random((n, m)) < 0.15] = -1
+    X[np.arange(n), rng.integers(0, m, size=n)] = truth  # every row keeps a label
+    F[rng.random((n, d)) < 0.15] = np.nan
+    return X, F
+
+
+# ------------------------------------------------------------------ engine vs Pyro
+def _pyro_elbo(X, F, ens, kw, n_batches, particles, seed):
+    """Pyro's ELBO estimate: (mean, standard error) over ``n_batches`` independent batches."""
+    pyro.set_rng_seed(seed)
+    elbo = TraceEnum_ELBO(num_particles=particles, vectorize_particles=True, max_plate_nesting=2)
+    guide = config_enumerate(gbce_model.guide, "parallel")
+    labels, feats = torch.as_tensor(ens.codes), torch.as_tensor(F)
+    vals = np.array([-elbo.loss(gbce_model.model, guide, labels, ens.n_labels, feats, **kw)
+                     for _ in range(n_batches)])
+    return vals.mean(), vals.std(ddof=1) / np.sqrt(n_batches)
+
+
+def test_bound_equals_pyro_elbo_on_tiny_weighted_data():
+    """The hand-written weighted bound equals the ELBO of the Pyro model + mean-field guide.
+
+    Pyro enumerates every z (labels and features) exactly in the guide and samples theta.
+    (1) At the engine's own state, gamma = alpha + sum_j u_j phi_ij + sum_f w_f phi_if
+    (eq. 14), the theta-dependent part of the integrand cancels exactly, so Pyro's
+    estimate has no Monte-Carlo error and must match to 1e-10 (relative).
+    (2) At an arbitrary gamma it does not cancel: 16 batches of 4000 particles give a
+    standard error se (about 0.03) and we require agreement within 4 se.
+    Non-unit label and feature weights, a missing label and a missing value are used.
+    """
+    X, F = _tiny()
+    ens = Ensemble.from_labels(X)
+    K = 2
+    u = np.array([2.0, 0.5])
+    w = np.array([1.5, 0.7])
+    data = gbce_cavi.prepare_data(ens, F, u, w)
+    g = torch.Generator().manual_seed(3)
+    alpha = torch.tensor([0.7, 1.4], dtype=torch.float64)
+    beta = torch.cat([torch.softmax(torch.randn(K, k, generator=g, dtype=torch.float64), 1)
+                      for k in ens.n_labels], dim=1)
+    mu = torch.randn(K, 2, generator=g, dtype=torch.float64)
+    sigma2 = 0.5 + torch.rand(K, 2, generator=g, dtype=torch.float64)
+    gamma0 = 0.5 + 2 * torch.rand(K, 4, generator=g, dtype=torch.float64)
+
+    gamma, phi_sum, stats, fstats, plogp, _ = gbce_cavi.e_step(alpha, beta, mu, sigma2, data,
+                                                                gamma0, 1)
+    # the phi that this one pass used (eqs. 12-13) and eq. 14 from them
+    E0 = bce_cavi.elog_dirichlet(gamma0)
+    phi = bce_cavi.update_phi(E0, beta, data.labels.idx, data.labels.mask)  # (M, K, N)
+    phi_f = gbce_cavi.update_phi_features(E0, mu, sigma2, data.y, data.fmask)  # (D, K, N)
+    u_t, w_t = torch.as_tensor(u), torch.as_tensor(w)
+    expect = (alpha[:, None] + (u_t[:, None, None] * phi).sum(0)
+              + (w_t[:, None, None] * phi_f).sum(0))
+    torch.testing.assert_close(gamma, expect, rtol=1e-12, atol=1e-12)
+
+    def simplex(p, mask):  # masked entries: any valid distribution (they are masked out)
+        p = p.permute(0, 2, 1).clone()
+        p[~mask] = 1.0 / K
+        return p
+
+    kw = dict(n_clusters=K, label_weight=u_t, feature_weight=w_t, alpha=alpha,
+              beta=bce_cavi.unpack_beta(beta, ens.offsets), mu=mu, sigma2=sigma2,
+              phi=simplex(phi, torch.as_tensor(X.T >= 0)),
+              phi_features=simplex(phi_f, torch.as_tensor(~np.isnan(F.T))))
+
+    # (1) the engine's state: exact
+    bound = gbce_cavi.lower_bound(alpha, beta, mu, sigma2, gamma, phi_sum, stats, fstats, plogp,
+                                  data)
+    est, se = _pyro_elbo(X, F, ens, {**kw, "gamma": gamma.T}, 4, 200, seed=11)
+    assert se < 1e-12
+    assert bound == pytest.approx(est, rel=1e-10, abs=1e-10)
+
+    # (2) an arbitrary gamma: Monte-Carlo agreement
+    gamma_any = 0.3 + 3 * torch.rand(K, 4, generator=g, dtype=torch.float64)
+    bound_any = gbce_cavi.lower_bound(alpha, beta, mu, sigma2, gamma_any, phi_sum, stats, fstats,
+                                      plogp, data)
+    est, se = _pyro_elbo(X, F, ens, {**kw, "gamma": gamma_any.T}, 16, 4000, seed=12)
+    assert 0 < se < 0.05
+    assert abs(bound_any - est) < 4 * se, (bound_any, est, se)
+    assert bound - bound_any > 20 * se  # gamma of eq. 14 is the better one, clearly resolved
+    # the comparison has power: the feature part of the bound is far larger than se
+    feat_part = gbce_cavi.feature_expected_loglik(mu, sigma2, *fstats, data.center)
+    assert abs(feat_part) > 100 * se
+
+
+def test_model_masks_missing_and_scales_sites():
+    """Pyro trace: a weight of 3 triples a site's log-density; missing entries contribute 0."""
+    X, F = _tiny()
+    ens = Ensemble.from_labels(X)
+    labels, feats = torch.as_tensor(ens.codes), torch.as_tensor(F)
+    kw = dict(n_clusters=2, alpha=torch.ones(2, dtype=torch.float64),
+              beta=[torch.full((2, int(k)), 1.0 / int(k), dtype=torch.float64)
+                    for k in ens.n_labels],
+              mu=torch.zeros(2, 2, dtype=torch.float64),
+              sigma2=torch.ones(2, 2, dtype=torch.float64))
+
+    def site_logp(**weights):
+        tr = pyro.poutine.trace(gbce_model.model).get_trace(labels, ens.n_labels, feats,
+                                                            **kw, **weights)
+        tr.compute_log_prob()
+        return {k: float(tr.nodes[k]["log_prob_sum"]) for k in ("x", "o")}, tr
+
+    one, tr = site_logp()
+    three, _ = site_logp(label_weight=3.0, feature_weight=3.0)
+    assert three["x"] == pytest.approx(3 * one["x"], rel=1e-12)
+    assert three["o"] == pytest.approx(3 * one["o"], rel=1e-12)
+    # x: 7 observed labels, uniform beta -> sum of -log k_j over observed entries
+    obs = ens.codes >= 0
+    assert one["x"] == pytest.approx(-(obs * np.log(ens.n_labels)[None, :]).sum(), rel=1e-12)
+    # o: standard normal log-density summed over the 7 observed values only
+    f = F[~np.isnan(F)]
+    assert one["o"] == pytest.approx((-0.5 * np.log(2 * np.pi) - 0.5 * f**2).sum(), rel=1e-12)
+
+
+# ------------------------------------------------------------------ reduction to BCE
+def test_feature_weight_zero_is_bce_in_the_engine(rng):
+    X, F = _labelled_incomplete(rng)
+    ens = Ensemble.from_labels(X)
+    beta0 = bce_cavi.init_beta_random(ens, 3, 7)
+    ref = bce_cavi.variational_em(bce_cavi.prepare_data(ens), 3, beta0, max_iter=40, tol=0.0)
+    res = gbce_cavi.variational_em(gbce_cavi.prepare_data(ens, F, 1.0, 0.0), 3, beta0,
+                                   max_iter=40, tol=0.0)
+    assert len(res["bounds"]) == len(ref["bounds"]) == 40
+    np.testing.assert_allclose(res["bounds"], ref["bounds"], rtol=0, atol=1e-10)
+    for key in ("gamma", "beta", "alpha"):
+        torch.testing.assert_close(res[key], ref[key], rtol=0, atol=1e-10)
+
+
+def test_feature_weight_zero_and_no_features_are_bce_in_the_estimator(rng):
+    X, F = _labelled_incomplete(rng)
+    kw = dict(n_clusters=3, n_init=2, max_iter=30, random_state=5)
+    ref = BCE(**kw).fit(X)
+    for est in (GBCE(feature_weight=0.0, **kw).fit(X, features=F), GBCE(**kw).fit(X)):
+        np.testing.assert_allclose(est.lower_bounds_, ref.lower_bounds_, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(est.gamma_, ref.gamma_, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(est.alpha_, ref.alpha_, rtol=0, atol=1e-10)
+        for b, r in zip(est.beta_, ref.beta_):
+            np.testing.assert_allclose(b, r, rtol=0, atol=1e-10)
+        np.testing.assert_array_equal(est.labels_, ref.labels_)
+    assert np.isnan(GBCE(feature_weight=0.0, **kw).fit(X, features=F).mu_).all()
+
+
+def test_tiny_feature_weight_is_close_to_bce(rng):
+    """The feature path itself is continuous at weight 0 (it is skipped only at exactly 0)."""
+    X, F = _labelled_incomplete(rng)
+    ens = Ensemble.from_labels(X)
+    beta0 = bce_cavi.init_beta_random(ens, 3, 7)
+    ref = bce_cavi.variational_em(bce_cavi.prepare_data(ens), 3, beta0, max_iter=20, tol=0.0,
+                                  smoothing=1e-6)
+    res = gbce_cavi.variational_em(gbce_cavi.prepare_data(ens, F, 1.0, 1e-9), 3, beta0,
+                                   max_iter=20, tol=0.0, feature_smoothing=0.0)
+    assert res["mu"].shape == (3, 3)
+    np.testing.assert_allclose(res["bounds"], ref["bounds"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(res["gamma"], ref["gamma"], rtol=0, atol=1e-5)
+    assert not np.allclose(res["bounds"], ref["bounds"], rtol=0, atol=1e-13)
+
+
+# ------------------------------------------------------------------ monotone objective
+@pytest.mark.parametrize("feature_smoothing", [0.0, 1e-2])
+def test_bound_never_decreases(rng, feature_smoothing):
+    X, F = _labelled_incomplete(rng, n=80, d=4)
+    ens = Ensemble.from_labels(X)
+    data = gbce_cavi.prepare_data(ens, F, np.array([4.0, 2.0, 1.0, 0.5]),
+                                  np.array([1.0, 0.3, 2.0, 1.0]))
+    for seed in range(3):
+        beta0 = bce_cavi.init_beta_random(ens, 3, seed)
+        res = gbce_cavi.variational_em(data, 3, beta0, max_iter=60, tol=0.0,
+                                       feature_smoothing=feature_smoothing)
+        b = np.asarray(res["bounds"])
+        assert np.isfinite(b).all()
+        assert np.all(np.diff(b) >= -1e-9 * np.abs(b[1:])), np.diff(b).min()
+        assert b[-1] > b[0]
+
+
+def test_estimator_bound_monotone_on_iris(iris):
+    F, _, pool = iris
+    est = GBCE(3, label_weight="n_features", n_init=1, max_iter=80, random_state=0)
+    est.fit(pool[:, :3], features=F)
+    b = np.asarray(est.lower_bounds_)
+    assert np.all(np.diff(b) >= -1e-9 * np.abs(b[1:]))
+    assert est.lower_bound_ == b[-1]
+    np.testing.assert_array_equal(est.label_weight_, [4.0, 4.0, 4.0])
+    assert est.mu_.shape == est.sigma2_.shape == (3, 4)
+    assert (est.sigma2_ > 0).all()
+
+
+# ------------------------------------------------------------------ paper's Fig. 7 direction
+def test_gbce_at_least_bce_on_iris_with_three_base_clusterings(iris):
+    """Paper Fig. 7 (iris): with 3 base clusterings, GBCE with the paper's weights (labels D,
+    features 1) reaches at least BCE's micro-precision, averaged over five ensembles of 3
+    k-means clusterings drawn from a pool of 50 (fixed seeds)."""
+    F, y, pool = iris
+    rs = np.random.RandomState(0)
+    mp_bce, mp_gbce = [], []
+    for r in range(5):
+        X = pool[:, rs.choice(pool.shape[1], 3, replace=False)]
+        kw = dict(n_clusters=3, n_init=3, max_iter=150, tol=1e-6, random_state=r)
+        mp_bce.append(_micro_precision(y, BCE(**kw).fit(X).labels_))
+        g = GBCE(label_weight="n_features", feature_weight=1.0, **kw).fit(X, features=F)
+        mp_gbce.append(_micro_precision(y, g.labels_))
+    assert np.mean(mp_gbce) >= np.mean(mp_bce), (mp_gbce, mp_bce)
+    assert np.mean(mp_gbce) > 0.85
+
+
+def test_features_rescue_a_single_poor_base_clustering(iris):
+    """Paper Fig. 7 at s = 1: from one k-means clustering that merges two iris classes
+    (MP 2/3), BCE can at best reproduce that clustering (here it does worse: at K = 3 it
+    puts the points into fewer clusters); GBCE (weights D, 1) must be clearly above it."""
+    F, y, pool = iris
+    mp = np.array([_micro_precision(y, pool[:, j]) for j in range(pool.shape[1])])
+    X = pool[:, [int(np.argmin(mp))]]
+    assert mp.min() == pytest.approx(2 / 3)
+    kw = dict(n_clusters=3, n_init=2, max_iter=150, tol=1e-6, random_state=0)
+    mp_bce = _micro_precision(y, BCE(**kw).fit(X).labels_)
+    mp_gbce = _micro_precision(y, GBCE(label_weight="n_features", **kw).fit(X, features=F).labels_)
+    assert mp_bce <= 2 / 3 + 1e-12
+    assert mp_gbce >= mp_bce + 0.1, (mp_gbce, mp_bce)
+
+
+# ------------------------------------------------------------------ estimator behaviour
+def test_missing_features_fold_in_and_perplexity(rng):
+    X, F = _labelled_incomplete(rng, n=90)
+    est = GBCE(3, label_weight=2.0, n_init=2, max_iter=50, random_state=0).fit(X, features=F)
+    assert est.gamma_.shape == (90, 3) and np.isfinite(est.mu_).all()
+    # fold-in of the training rows with their features reproduces the fitted consensus
+    agree = np.mean(est.predict(X, features=F) == est.labels_)
+    assert agree >= 0.95
+    P = est.predict_proba(X[:5], features=F[:5])
+    np.testing.assert_allclose(P.sum(1), 1.0)
+    # features help: without them fold-in uses labels only and gives different memberships
+    assert not np.allclose(est.predict_proba(X[:5]), P)
+    # a row with no label at all is predicted from its features alone
+    Xn = np.full((1, X.shape[1]), -1)
+    p_feat = est.predict_proba(Xn, features=F[:1])
+    p_prior = est.predict_proba(Xn)
+    np.testing.assert_allclose(p_prior[0], est.alpha_ / est.alpha_.sum(), rtol=1e-10)
+    assert not np.allclose(p_feat, p_prior)
+    ppl = est.perplexity(X)
+    assert np.isfinite(ppl) and ppl >= 1.0
+
+
+def test_constant_feature_is_dropped_with_warning(rng):
+    X, F = _labelled_incomplete(rng)
+    F = np.column_stack([F, np.full(len(F), 2.5)])
+    with pytest.warns(RuntimeWarning, match=r"feature column\(s\) \[3\]"):
+        est = GBCE(3, n_init=1, max_iter=10, random_state=0).fit(X, features=F)
+    assert np.isnan(est.mu_[:, 3]).all() and np.isfinite(est.mu_[:, :3]).all()
+    assert est.feature_weight_[3] == 0.0
+
+
+def test_save_load_roundtrip(tmp_path, rng):
+    X, F = _labelled_incomplete(rng)
+    est = GBCE(3, n_init=1, max_iter=20, random_state=0).fit(X, features=F)
+    est.save(tmp_path / "gbce.ck")
+    back = GBCE.load(tmp_path / "gbce.ck")
+    np.testing.assert_array_equal(back.predict(X, features=F), est.predict(X, features=F))
+    np.testing.assert_array_equal(back.mu_, est.mu_)
+
+
+@pytest.mark.parametrize("features, match", [
+    (np.ones((59, 3)), "features has 59 rows but the label matrix X has 60"),
+    (np.ones(60), "features must be 2-D"),
+    (np.column_stack([np.ones(60), np.full(60, np.nan)]), "feature column 1 has no observed"),
+    (np.where(np.eye(60, 2) > 0, np.inf, 1.0), "feature at row 0, column 0 is infinite"),
+    (np.empty((60, 0)), "features has no columns"),
+    ([["a", "b"]] * 60, "could not convert it to float"),
+])
+def test_bad_features_raise(rng, features, match):
+    X, _ = _labelled_incomplete(rng)
+    with pytest.raises(ValueError, match=match):
+        GBCE(3, max_iter=2).fit(X, features=features)
+
+
+@pytest.mark.parametrize("params, err, match", [
+    (dict(label_weight=-1.0), ValueError, "label_weight"),
+    (dict(label_weight=[1.0, 2.0]), ValueError, r"label_weight must be a number or have shape"),
+    (dict(label_weight="D"), ValueError, "n_features"),
+    (dict(feature_weight=[1.0, np.nan, 1.0]), ValueError, "feature_weight"),
+    (dict(feature_weight=True), TypeError, "feature_weight"),
+    (dict(feature_likelihood="poisson"), ValueError, "feature_likelihood"),
+    (dict(inference="svi"), ValueError, "inference"),
+    (dict(feature_smoothing=-1.0), ValueError, "feature_smoothing"),
+    (dict(n_clusters=0), ValueError, "n_clusters"),
+])
+def test_bad_parameters_raise(rng, params, err, match):
+    X, F = _labelled_incomplete(rng)
+    with pytest.raises(err, match=match):
+        GBCE(**{"n_clusters": 3, "max_iter": 2, **params}).fit(X, features=F)
+
+
+def test_predict_checks_feature_columns(rng):
+    X, F = _labelled_incomplete(rng)
+    est = GBCE(3, n_init=1, max_iter=5, random_state=0).fit(X, features=F)
+    with pytest.raises(ValueError, match="features has 2 columns; the model was fitted with 3"):
+        est.predict(X, features=F[:, :2])
+    plain = GBCE(3, n_init=1, max_iter=5, random_state=0).fit(X)
+    with pytest.raises(ValueError, match="fitted without features"):
+        plain.predict(X, features=F)
+
+
+def test_pyro_model_fits_with_svi():
+    """The model and guide work as a plain Pyro SVI program (z enumerated in the guide)."""
+    X, F = _tiny()
+    ens = Ensemble.from_labels(X)
+    labels, feats = torch.as_tensor(ens.codes), torch.as_tensor(F)
+    guide = config_enumerate(gbce_model.guide, "parallel")
+    svi = pyro.infer.SVI(gbce_model.model, guide, pyro.optim.Adam({"lr": 0.1}),
+                         TraceEnum_ELBO(max_plate_nesting=2))
+    args = (labels, ens.n_labels, feats)
+    kw = dict(n_clusters=2, label_weight=2.0)
+    precise = TraceEnum_ELBO(num_particles=1000, vectorize_particles=True, max_plate_nesting=2)
+    before = precise.loss(gbce_model.model, guide, *args, **kw)  # creates the params
+    losses = [svi.step(*args, **kw) for _ in range(40)]
+    after = precise.loss(gbce_model.model, guide, *args, **kw)
+    assert np.isfinite(losses).all()
+    assert after < before - 1.0, (before, after)
+    store = pyro.get_param_store()
+    assert store["mu"].shape == (2, 2) and store["phi_features"].shape == (2, 4, 2)
