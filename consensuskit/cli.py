@@ -267,6 +267,7 @@ def _cmd_reproduce(args, out):
         "data": args.data,
         "seed": args.seed,
         "only": args.only,
+        "repeats": args.repeats,
     }
     params = inspect.signature(function).parameters
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -310,6 +311,8 @@ def _build_parser():
     rep.add_argument("--data", default=None,
                      help="path to an optional large dataset (the kdd99 sample CSV)")
     rep.add_argument("--seed", type=int, default=0, help="base random seed (0)")
+    rep.add_argument("--repeats", type=int, default=None,
+                     help="override the mode's number of repeats (subsets, runs) to fit a budget")
     rep.add_argument("--only", default=None,
                      help="comma-separated parts to run (e.g. table3,fig4); default all")
     rep.set_defaults(func=_cmd_reproduce)
@@ -324,6 +327,8 @@ def main(argv=None) -> int:
         parser.error("--n-partitions must be >= 1")
     if getattr(args, "n_clusters", 1) < 1:
         parser.error("--n-clusters must be >= 1")
+    if (getattr(args, "repeats", None) or 1) < 1:
+        parser.error("--repeats must be >= 1")
     previous = os.environ.get("TQDM_DISABLE")
     if args.quiet:  # silences every tqdm bar, including those inside estimators
         os.environ["TQDM_DISABLE"] = "1"

@@ -212,3 +212,13 @@ def test_quick_from_cli(name, tmp_path):
 def test_smoke_all_parts(name, tmp_path):
     assert cli.main(["--quiet", "reproduce", name, "--smoke", "--out", str(tmp_path)]) == 0
     _check_outputs(tmp_path, name)
+
+
+def test_repeats_overrides_the_mode(tmp_path):
+    assert cli.main(["--quiet", "reproduce", "bce", "--smoke", "--repeats", "3", "--only",
+                     "table3", "--out", str(tmp_path)]) == 0
+    df = pd.read_csv(tmp_path / "bce.csv")
+    assert set(df.repeats) == {3}
+    assert "--repeats 3" in (tmp_path / "bce.md").read_text()
+    with pytest.raises(SystemExit):
+        cli.main(["reproduce", "bce", "--repeats", "0"])

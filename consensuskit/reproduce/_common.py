@@ -265,11 +265,29 @@ def progress_bar(iterable, progress, desc, total=None):
     return tqdm(iterable, desc=desc, total=total, disable=not progress, leave=False)
 
 
-def cli_args(mode, out, data, seed, only):
+def sizes_for(table, mode, repeats, keys):
+    """``table[mode]`` with the repeat counts named in ``keys`` set to ``repeats``.
+
+    ``keys`` maps a size name to a function of ``repeats`` (or None for ``repeats``
+    itself).  Without ``repeats`` the mode's sizes are returned unchanged.
+    """
+    sizes = dict(table[check_mode(mode)])
+    if repeats is None:
+        return sizes
+    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
+        raise ValueError(f"repeats must be a positive integer; got {repeats!r}")
+    for key, fn in keys.items():
+        sizes[key] = int(repeats) if fn is None else fn(int(repeats))
+    return sizes
+
+
+def cli_args(mode, out, data, seed, only, repeats=None):
     """The command-line options that reproduce a run (for the report)."""
     args = []
     if mode != "full":
         args.append(f"--{mode}")
+    if repeats is not None:
+        args.append(f"--repeats {repeats}")
     if out != "results":
         args.append(f"--out {out}")
     if data:

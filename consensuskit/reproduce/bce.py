@@ -35,6 +35,7 @@ from ._common import (
     parse_only,
     progress_bar,
     seeds,
+    sizes_for,
 )
 from ._methods import SETTINGS, consensus_labels, score_methods
 
@@ -352,15 +353,18 @@ def _fig4(rep, sizes, seed, progress):
 
 
 @register("bce", description="BCE paper: Tables 3-4 (MP, t-test), Figs. 3-4 (missing, columns)")
-def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None):
+def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
+        repeats=None):
     """Run the BCE reproduction; writes ``bce.md``, ``bce.csv`` and figures."""
     limit_threads()
     parts = parse_only(only, PARTS)
     if "table4" in parts and "table3" not in parts:
         parts.insert(0, "table3")
     rep = Report("bce", "BCE paper (Wang, Shan & Banerjee 2011): Tables 3-4, Figs. 3-4",
-                 mode, seed, out, argv=cli_args(mode, out, data, seed, only))
-    sizes = SIZES[mode]
+                 mode, seed, out, argv=cli_args(mode, out, data, seed, only, repeats))
+    sizes = sizes_for(SIZES, mode, repeats,
+                      {"subsets": None, "fig3_runs": None, "fig4_runs": None})
+    sizes["pool"] = sizes["subsets"] * sizes["size"]  # disjoint subsets of the pool
     cache = {}
     if "table3" in parts:
         _table3(rep, sizes, data, seed, progress, cache)

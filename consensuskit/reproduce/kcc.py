@@ -44,6 +44,7 @@ from ._common import (
     parse_only,
     progress_bar,
     seeds,
+    sizes_for,
 )
 
 PARTS = ("table4", "table6_8", "table11_12")
@@ -293,13 +294,14 @@ def _table11_12(rep, sizes, seed, progress):
 
 
 @register("kcc", description="KCC paper: Tables 4 (utilities), 6-8 (vs others), 11-12 (cost)")
-def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None):
+def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
+        repeats=None):
     """Run the KCC reproduction; writes ``kcc.md``, ``kcc.csv`` and a figure."""
     limit_threads()
     parts = parse_only(only, PARTS)
     rep = Report("kcc", "KCC paper (Lin et al. 2023): Tables 4, 6-8, 11-12", mode, seed, out,
-                 argv=cli_args(mode, out, data, seed, only))
-    sizes = SIZES[mode]
+                 argv=cli_args(mode, out, data, seed, only, repeats))
+    sizes = sizes_for(SIZES, mode, repeats, {"runs": None})
     cache = {}
     rep.add_section(
         "Not reproduced",

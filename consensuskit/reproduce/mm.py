@@ -41,6 +41,7 @@ from ._common import (
     parse_only,
     progress_bar,
     seeds,
+    sizes_for,
 )
 
 PARTS = ("table5", "table6", "table7", "table8")
@@ -227,13 +228,14 @@ def _table8(rep, sizes, seed, progress):
 
 
 @register("mm", description="MM paper: Tables 5-7 (half-rings, 2-spirals, iris), Table 8 (missing)")
-def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None):
+def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
+        repeats=None):
     """Run the MM reproduction; writes ``mm.md``, ``mm.csv`` and a figure."""
     limit_threads()
     parts = parse_only(only, PARTS)
     rep = Report("mm", "MM paper (Topchy, Jain & Punch 2004): Tables 5-8",
-                 mode, seed, out, argv=cli_args(mode, out, data, seed, only))
-    sizes = SIZES[mode]
+                 mode, seed, out, argv=cli_args(mode, out, data, seed, only, repeats))
+    sizes = sizes_for(SIZES, mode, repeats, {"runs": None, "t8_runs": None})
     rep.add_section(
         "Not reproduced",
         "Tables 3 (Galaxy) and 4 (Biochemistry) and the Galaxy/Biochemistry columns of "

@@ -41,6 +41,7 @@ from ._common import (
     parse_only,
     progress_bar,
     seeds,
+    sizes_for,
 )
 from ._methods import consensus_labels
 
@@ -424,13 +425,14 @@ def _table7(rep, sizes, seed, progress):
 
 
 @register("nbce", description="NBCE paper: Tables 2-7 (F1, perplexity, TSB vs FSD, engines)")
-def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None):
+def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
+        repeats=None):
     """Run the NBCE reproduction; writes ``nbce.md``, ``nbce.csv`` and figures."""
     limit_threads()
     parts = parse_only(only, PARTS)
     rep = Report("nbce", "NBCE paper (Wang, Domeniconi & Laskey 2010): Tables 2-7",
-                 mode, seed, out, argv=cli_args(mode, out, data, seed, only))
-    sizes = SIZES[mode]
+                 mode, seed, out, argv=cli_args(mode, out, data, seed, only, repeats))
+    sizes = sizes_for(SIZES, mode, repeats, {"repeats": None})
     cache = {}
     if "table3" in parts:
         _table3(rep, sizes, seed, progress)

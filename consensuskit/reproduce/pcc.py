@@ -42,6 +42,7 @@ from ._common import (
     parse_only,
     progress_bar,
     seeds,
+    sizes_for,
 )
 from ._pcc_tables import COLUMNS, TABLES
 
@@ -273,13 +274,14 @@ def _tables(rep, sizes, seed, progress):
 
 
 @register("pcc", description="PCC paper: Sect. 7.1 soft recovery, Tables 4-7 (H, ARI)")
-def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None):
+def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
+        repeats=None):
     """Run the PCC reproduction; writes ``pcc.md``, ``pcc.csv`` and figures."""
     limit_threads()
     parts = parse_only(only, PARTS)
     rep = Report("pcc", "PCC paper (Lourenco et al. 2015): Sect. 7.1, Tables 4-7",
-                 mode, seed, out, argv=cli_args(mode, out, data, seed, only))
-    sizes = SIZES[mode]
+                 mode, seed, out, argv=cli_args(mode, out, data, seed, only, repeats))
+    sizes = sizes_for(SIZES, mode, repeats, {"runs": None, "soft_datasets": None})
     if "soft" in parts:
         _soft(rep, sizes, seed, progress)
     if "tables" in parts:
