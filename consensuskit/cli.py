@@ -327,7 +327,7 @@ def main(argv=None) -> int:
         parser.error("--n-partitions must be >= 1")
     if getattr(args, "n_clusters", 1) < 1:
         parser.error("--n-clusters must be >= 1")
-    if (getattr(args, "repeats", None) or 1) < 1:
+    if getattr(args, "repeats", None) is not None and args.repeats < 1:
         parser.error("--repeats must be >= 1")
     previous = os.environ.get("TQDM_DISABLE")
     if args.quiet:  # silences every tqdm bar, including those inside estimators
