@@ -23,7 +23,7 @@ EXPERIMENTS = ["bce", "nbce", "pcc", "mm", "kcc"]
 SMOKE_PARTS = {
     "bce": "table3,table4,fig4",
     "nbce": "table3,table7",
-    "pcc": "soft,tables",
+    "pcc": "soft,type1",
     "mm": "table7,table8",
     "kcc": "table4,table11_12",
 }

@@ -6,7 +6,7 @@
   per orthant), the soft truth Z = normalised component densities, 1000 hard
   partitions sampled from Z; PCC-KL and PCC-L2 with K = 8; J criterion
   (``metrics.js_criterion``) over 10 datasets (paper: 0.0012 +- 0.00005).
-* **tables** -- Tables 4-7: H criterion (``metrics.accuracy``, Hungarian-matched)
+* **type1**, **type2** -- Tables 4-7: H criterion (``metrics.accuracy``, Hungarian-matched)
   and adjusted Rand index of PCC-KL, PCC-L2, QMI, MM, HBGF, EAC (single, average,
   Ward linkage) and CSPA, with ensembles of
 
@@ -46,7 +46,7 @@ from ._common import (
 )
 from ._pcc_tables import COLUMNS, TABLES
 
-PARTS = ("soft", "tables")
+PARTS = ("soft", "type1", "type2")  # type1: Tables 4 and 6; type2: Tables 5 and 7
 
 #: paper column -> (description, consensuskit dataset or generator, K, type-2 k list)
 DATASETS = {
@@ -192,12 +192,12 @@ def _soft(rep, sizes, seed, progress):
     )
 
 
-def _tables(rep, sizes, seed, progress):
+def _tables(rep, sizes, seed, progress, types):
     from ..data import Ensemble
     from ..metrics import accuracy, adjusted_rand
 
     results = {}  # (type, col) -> method -> (H list, ARI list)
-    for kind in sizes["types"]:
+    for kind in types:
         for col in progress_bar(sizes["columns"], progress, f"PCC ensembles type {kind}"):
             s = seeds(seed, "pcc", kind, col)
             F, y = _load(col, s)
@@ -222,7 +222,7 @@ def _tables(rep, sizes, seed, progress):
             results[(kind, col)] = res
     for table, kind, idx, label in ((4, 1, 0, "H"), (5, 2, 0, "H"), (6, 1, 1, "ARI"),
                                     (7, 2, 1, "ARI")):
-        if kind not in sizes["types"]:
+        if kind not in types:
             continue
         paper = TABLES[table]
         rows = []
@@ -284,8 +284,9 @@ def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=No
     sizes = sizes_for(SIZES, mode, repeats, {"runs": None, "soft_datasets": None})
     if "soft" in parts:
         _soft(rep, sizes, seed, progress)
-    if "tables" in parts:
-        _tables(rep, sizes, seed, progress)
+    types = [k for k in sizes["types"] if f"type{k}" in parts]
+    if types:
+        _tables(rep, sizes, seed, progress, types)
     md, _ = rep.write()
     if progress:
         print(f"wrote {md}")
