@@ -1,4 +1,4 @@
-"""BCE paper (Wang, Shan & Banerjee 2011): Table 3, Table 4, Figs. 3 and 4.
+"""BCE paper (Wang, Shan & Banerjee 2011): Tables 3-6, Figs. 3 and 4.
 
 ``consensuskit reproduce bce [--quick|--smoke] [--out DIR] [--data KDD99.csv.gz]``
 
@@ -9,6 +9,8 @@
   (paper: 2000 partitions, 100 groups of 20; kdd99: 3 groups of 5).
 * **table4** -- paired one-sided t-test of MP(MM) < MP(BCE) over the same
   groups (``scipy.stats.ttest_rel(mm, bce, alternative="less")``).
+* **table5/table6** -- the same with k-means, fuzzy c-means, affinity propagation
+  and METIS base clusterings (5/8/5/2 per subset of 20).
 * **fig3** -- 20 base clusterings, a fraction p of the labels removed
   (``ensemble.drop_labels``, every row keeps one label), p = 0..90 %.
 * **fig4** -- a pool of 20 base clusterings; for s = 1..20, s of them drawn
@@ -39,10 +41,11 @@ from ._common import (
 )
 from ._methods import SETTINGS, consensus_labels, score_methods
 
-PARTS = ("table3", "table4", "fig3", "fig4")
+PARTS = ("table3", "table4", "table5", "table6", "fig3", "fig4")
 
 #: UCI datasets of Table 1 (paper name -> consensuskit.datasets name)
 UCI = {
+    "chess": "chess_krvskp", "wine quality": "wine_quality_white_3class",
     "iris": "iris", "wdbc": "wdbc", "ionosphere": "ionosphere", "glass": "glass",
     "bupa": "bupa", "pima": "pima", "wine": "wine", "magic04": "magic04",
     "balance": "balance", "segmentation": "segmentation",
@@ -53,6 +56,8 @@ FIG_SETS = ["iris", "wdbc", "ionosphere", "glass", "bupa", "pima", "wine", "bala
             "segmentation"]
 
 TABLE3_METHODS = ["MCLA", "CSPA", "HGPA", "MM", "k-means", "BCE"]
+TABLE3_SETS = ["iris", "wdbc", "ionosphere", "glass", "bupa", "pima", "wine", "magic04",
+               "balance", "segmentation"]
 
 # Paper Table 3 (a) Maximum MP and (b) Average MP; columns: base k-means, MCLA, CSPA,
 # HGPA, MM, k-means (consensus), BCE.  None = "x" in the paper (CSPA did not finish).
@@ -98,15 +103,68 @@ PAPER_TABLE4 = {
     "kdd99": (-0.0120, 0.0207, 0.0091, 0.0382),
 }
 
+# Paper Table 5 (k-means, FCM, AP and METIS base clusterings): columns = base k-means,
+# FCM, AP, METIS, then MCLA, CSPA, HGPA, MM, BCE.
+_T5_COLS = ["base k-means", "base FCM", "base AP", "base METIS", "MCLA", "CSPA", "HGPA", "MM",
+            "BCE"]
+PAPER_TABLE5_MAX = {
+    "iris": [0.8867, 0.8933, 0.8867, 0.8867, 0.8893, 0.9533, 0.7431, 0.9067, 0.9600],
+    "wdbc": [0.8541, 0.8541, 0.8541, 0.8541, 0.8840, 0.8840, 0.6731, 0.8840, 0.8893],
+    "ionosphere": [0.7123, 0.7123, 0.7094, 0.6806, 0.7046, 0.6952, 0.6782, 0.7179, 0.7655],
+    "glass": [0.5421, 0.5270, 0.5224, 0.5317, 0.5187, 0.4566, 0.4439, 0.5822, 0.6052],
+    "bupa": [0.4841, 0.4548, 0.4537, 0.4541, 0.5524, 0.5710, 0.5234, 0.5710, 0.5855],
+    "pima": [0.6602, 0.6602, 0.6602, 0.6602, 0.6602, 0.5125, 0.5260, 0.6654, 0.7044],
+    "wine": [0.6629, 0.6629, 0.6068, 0.6571, 0.7247, 0.7416, 0.5428, 0.7247, 0.7247],
+    "balance": [0.5936, 0.5612, 0.5091, 0.5621, 0.5112, 0.5408, 0.4452, 0.6016, 0.5848],
+    "segmentation": [0.5710, 0.4356, 0.5710, 0.4524, 0.5657, 0.5810, 0.5419, 0.6233, 0.6362],
+    "chess": [0.4000, 0.5466, 0.5466, 0.4408, 0.5466, 0.5025, 0.5003, 0.5466, 0.5529],
+    "wine quality": [0.4563, 0.4008, 0.3800, 0.3563, 0.4646, 0.3857, 0.3563, 0.4646, 0.5078],
+}
+PAPER_TABLE5_AVG = {
+    "iris": [0.6267, 0.7468, 0.7731, 0.8064, 0.8893, 0.9133, 0.7431, 0.8893, 0.8933],
+    "wdbc": [0.7595, 0.8200, 0.7932, 0.8175, 0.8840, 0.8840, 0.5426, 0.8840, 0.8840],
+    "ionosphere": [0.6906, 0.6906, 0.6721, 0.6538, 0.7046, 0.6952, 0.6104, 0.7088, 0.7141],
+    "glass": [0.5140, 0.4808, 0.4981, 0.5222, 0.4810, 0.4566, 0.4314, 0.5506, 0.5435],
+    "bupa": [0.4537, 0.4461, 0.4431, 0.4260, 0.5524, 0.5710, 0.4862, 0.5586, 0.5478],
+    "pima": [0.5751, 0.5541, 0.5211, 0.5460, 0.6602, 0.5125, 0.5163, 0.6496, 0.6621],
+    "wine": [0.5904, 0.6062, 0.5704, 0.5521, 0.7247, 0.7416, 0.5182, 0.7129, 0.7247],
+    "balance": [0.5114, 0.4804, 0.4966, 0.5072, 0.5091, 0.5408, 0.4451, 0.5552, 0.5301],
+    "segmentation": [0.5574, 0.4238, 0.5437, 0.4097, 0.5657, 0.5810, 0.4543, 0.5817, 0.5854],
+    "chess": [0.3806, 0.4560, 0.4108, 0.4281, 0.5466, 0.5025, 0.4803, 0.5321, 0.5500],
+    "wine quality": [0.2908, 0.3602, 0.3405, 0.3563, 0.4451, 0.3857, 0.3563, 0.4646, 0.4802],
+}
+# Paper Table 6: Mean-D (MM - BCE), sd-MM, sd-BCE, p-value with the mixed base algorithms.
+PAPER_TABLE6 = {
+    "iris": (-0.0104, 0.0182, 0.0204, 0.0047),
+    "wdbc": (-0.0007, 0.0022, 0.0000, 0.2813),
+    "ionosphere": (-0.0058, 0.0061, 0.0002, 0.0081),
+    "glass": (0.0072, 0.0030, 0.0062, 0.9681),
+    "bupa": (0.0110, 0.0224, 0.0021, 0.9961),
+    "pima": (-0.0120, 0.0216, 0.0008, 0.0046),
+    "wine": (-0.0121, 0.0204, 0.0082, 0.0061),
+    "balance": (0.0248, 0.0428, 0.0042, 0.9939),
+    "segmentation": (-0.0040, 0.0271, 0.0092, 0.3145),
+    "chess": (-0.0140, 0.0094, 0.0086, 0.0304),
+    "wine quality": (-0.0172, 0.0006, 0.0024, 0.0112),
+}
+#: base algorithms of Tables 5-6 and how many of each in a subset of 20 (the paper's
+#: 500 k-means, 800 FCM, 500 AP and 200 METIS runs out of 2000)
+MIXED = {"k-means": 5, "FCM": 8, "AP": 5, "METIS": 2}
+MIXED_SETS = ["iris", "wdbc", "ionosphere", "glass", "bupa", "pima", "wine", "balance",
+              "segmentation", "chess", "wine quality"]
+TABLE5_METHODS = ["MCLA", "CSPA", "HGPA", "MM", "BCE"]
+
 SIZES = {
-    "full": dict(pool=2000, subsets=100, size=20, datasets=list(UCI), kdd=(15, 3, 5),
+    "full": dict(pool=2000, subsets=100, size=20, datasets=TABLE3_SETS, kdd=(15, 3, 5),
+                 mixed_sets=MIXED_SETS,
                  fig3_levels=[round(4.5 * i, 1) for i in range(21)], fig3_runs=10,
                  fig_sets=FIG_SETS, fig4_steps=list(range(1, 21)), fig4_runs=50),
     "quick": dict(pool=100, subsets=5, size=20,
-                  datasets=[d for d in UCI if d != "magic04"], kdd=(15, 3, 5),
+                  datasets=[d for d in TABLE3_SETS if d != "magic04"], kdd=(15, 3, 5),
+                  mixed_sets=["iris", "wine", "glass", "bupa", "ionosphere"],
                   fig3_levels=[0.0, 45.0, 90.0], fig3_runs=1,
                   fig_sets=["iris", "wine", "glass"], fig4_steps=[1, 3, 10, 20], fig4_runs=2),
-    "smoke": dict(pool=6, subsets=2, size=3, datasets=["iris"], kdd=None,
+    "smoke": dict(pool=6, subsets=2, size=3, datasets=["iris"], kdd=None, mixed_sets=["iris"],
                   fig3_levels=[0.0, 50.0], fig3_runs=1, fig_sets=["iris"],
                   fig4_steps=[1, 3], fig4_runs=1),
 }
@@ -206,6 +264,93 @@ def _table3(rep, sizes, data, seed, progress, cache):
     )
 
 
+def metis_knn_partition(F, k, seed, n_neighbors=10):
+    """METIS partition of the symmetrised k-nearest-neighbour graph of ``F`` into ``k`` parts."""
+    from sklearn.neighbors import kneighbors_graph
+
+    from ..consensus.graph import metis_partition
+
+    W = kneighbors_graph(F, n_neighbors=min(n_neighbors, len(F) - 1), mode="connectivity")
+    W = ((W + W.T) > 0).astype(float)
+    return metis_partition(W, k, random_state=seed)
+
+
+def mixed_pool(F, k, n_sub, seed, progress=False):
+    """Base clusterings of Tables 5-6: per subset of 20, 5 k-means, 8 FCM, 5 AP, 2 METIS.
+
+    Returns the label matrix (N, 20 * n_sub), subset r = columns [20 r, 20 r + 20),
+    and the algorithm name of every column.
+    """
+    from ..ensemble import kmeans_partitions, mixed_partitions
+
+    cols, names = [], []
+    for r in progress_bar(range(n_sub), progress, "mixed base clusterings"):
+        s = seeds(seed, "mixed", r)
+        cols.append(kmeans_partitions(F, MIXED["k-means"], n_clusters=k, random_state=s))
+        cols.append(mixed_partitions(F, MIXED["FCM"], k, algorithms=("fuzzy_cmeans",),
+                                     random_state=s + 1))
+        cols.append(mixed_partitions(F, MIXED["AP"], k, algorithms=("affinity_propagation",),
+                                     random_state=s + 2))
+        cols.append(np.column_stack([metis_knn_partition(F, k, s + 3 + i)
+                                     for i in range(MIXED["METIS"])]))
+        for name, count in MIXED.items():
+            names += [name] * count
+    return np.hstack(cols), names
+
+
+def _table5(rep, sizes, seed, progress, cache):
+    n_sub, size = sizes["subsets"], sum(MIXED.values())
+    if sizes["size"] < size:  # smoke: fewer subsets are enough, keep the 20-column recipe
+        n_sub = min(n_sub, 2)
+    per = {}
+    for name in progress_bar(sizes["mixed_sets"], progress, "BCE Table 5"):
+        F, y = _load(name, None)
+        k = int(len(np.unique(y)))
+        s0 = seeds(seed, "bce-table5", name)
+        X, algs = mixed_pool(F, k, n_sub, s0)
+        algs = np.array(algs)
+        base = {f"base {a}": np.array([_mp(y, X[:, j]) for j in np.flatnonzero(algs == a)])
+                for a in MIXED}
+        scores = {m: [] for m in TABLE5_METHODS}
+        errors = {}
+        for r in range(n_sub):
+            sc, err = score_methods(TABLE5_METHODS, X[:, r * size:(r + 1) * size], y, k,
+                                    seeds(seed, name, "t5", r), _mp)
+            errors.update(err)
+            for m in TABLE5_METHODS:
+                scores[m].append(sc[m])
+        per[name] = dict(base=base, scores={m: np.array(v) for m, v in scores.items()},
+                         n_sub=n_sub, size=size, k=k, n=len(y), seed=s0, errors=errors)
+    cache["table5"] = per
+    lines = []
+    for which, paper_tab in (("max", PAPER_TABLE5_MAX), ("avg", PAPER_TABLE5_AVG)):
+        rows = []
+        for name, res in per.items():
+            paper = dict(zip(_T5_COLS, paper_tab[name]))
+            cells = [name]
+            for col in _T5_COLS:
+                vals = res["base"].get(col, res["scores"].get(col))
+                ours = float(np.nanmax(vals) if which == "max" else np.nanmean(vals))
+                rep.add_row("table5" + ("a" if which == "max" else "b"), name, col,
+                            f"{which} MP", ours, paper[col], repeats=res["n_sub"])
+                cells.append(f"{fmt(ours)} ({fmt(paper[col])})")
+            rows.append(cells)
+        title = "(a) maximum MP" if which == "max" else "(b) average MP"
+        lines.append(f"**{title}** -- ours (paper)\n")
+        lines.append(markdown_table(["dataset"] + _T5_COLS, rows))
+        lines.append("")
+    rep.add_section(
+        "Table 5: micro-precision with k-means, FCM, AP and METIS base clusterings",
+        f"Each of {n_sub} subsets holds 5 k-means, 8 fuzzy c-means, 5 affinity-propagation and "
+        "2 METIS base clusterings (the paper's 500/800/500/200 of 2000), all with k = "
+        "classes: `ensemble.kmeans_partitions`, `ensemble.mixed_partitions(..., "
+        "algorithms=('fuzzy_cmeans',) | ('affinity_propagation',))` (AP's preference is "
+        "bisected towards k), METIS on the symmetrised 10-nearest-neighbour graph "
+        "(`consensuskit.reproduce.bce.metis_knn_partition`). 'base X' = max / mean MP of "
+        "that algorithm's base clusterings.\n\n" + "\n".join(lines),
+    )
+
+
 def _winners(per):
     out = []
     for name, res in per.items():
@@ -218,10 +363,11 @@ def _winners(per):
     return "Best average MP per dataset (ours vs paper): " + "; ".join(out) + "."
 
 
-def _table4(rep, cache):
+def _table4(rep, cache, source="table3", part="table4", paper_table=None, title=None):
     from scipy.stats import ttest_rel
 
-    per = cache["table3"]
+    paper_table = PAPER_TABLE4 if paper_table is None else paper_table
+    per = cache[source]
     rows = []
     for name, res in per.items():
         mm, bce = res["scores"]["MM"], res["scores"]["BCE"]
@@ -232,23 +378,23 @@ def _table4(rep, cache):
             p = float(ttest_rel(mm, bce, alternative="less").pvalue)
         else:
             p = float("nan")  # identical differences: the t statistic is undefined
-        paper = PAPER_TABLE4.get(name, (None,) * 4)
+        paper = paper_table.get(name, (None,) * 4)
         for metric, ours, pv in zip(("Mean-D", "sd-MM", "sd-BCE", "p-value"),
                                     (mean_d, sd_mm, sd_bce, p), paper):
-            rep.add_row("table4", name, "MM vs BCE", metric, ours, pv, repeats=res["n_sub"])
+            rep.add_row(part, name, "MM vs BCE", metric, ours, pv, repeats=res["n_sub"])
         rows.append([name] + [f"{fmt(o)} ({fmt(pv)})" for o, pv in
                               zip((mean_d, sd_mm, sd_bce, p), paper)] + [res["n_sub"]])
     agree = sum(1 for name, res in per.items()
-                if name in PAPER_TABLE4
+                if name in paper_table
                 and np.sign(np.mean(res["scores"]["MM"] - res["scores"]["BCE"]))
-                == np.sign(PAPER_TABLE4[name][0]))
+                == np.sign(paper_table[name][0]))
     rep.add_section(
-        "Table 4: paired t-test MM vs BCE (same subsets as Table 3)",
+        title or "Table 4: paired t-test MM vs BCE (same subsets as Table 3)",
         "`scipy.stats.ttest_rel(MP_MM, MP_BCE, alternative='less')` (H_a: MP(MM) < MP(BCE)); "
         "Mean-D = mean(MP_MM - MP_BCE); sd with ddof=1. Ours (paper).\n\n"
         + markdown_table(["dataset", "Mean-D", "sd-MM", "sd-BCE", "p-value", "repeats"], rows)
         + f"\n\nSign of Mean-D agrees with the paper on {agree} of "
-        f"{sum(1 for n in per if n in PAPER_TABLE4)} datasets.",
+        f"{sum(1 for n in per if n in paper_table)} datasets.",
     )
 
 
@@ -352,7 +498,7 @@ def _fig4(rep, sizes, seed, progress):
     )
 
 
-@register("bce", description="BCE paper: Tables 3-4 (MP, t-test), Figs. 3-4 (missing, columns)")
+@register("bce", description="BCE paper: Tables 3-6 (MP, t-tests), Figs. 3-4 (missing, columns)")
 def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
         repeats=None):
     """Run the BCE reproduction; writes ``bce.md``, ``bce.csv`` and figures."""
@@ -360,7 +506,7 @@ def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=No
     parts = parse_only(only, PARTS)
     if "table4" in parts and "table3" not in parts:
         parts.insert(0, "table3")
-    rep = Report("bce", "BCE paper (Wang, Shan & Banerjee 2011): Tables 3-4, Figs. 3-4",
+    rep = Report("bce", "BCE paper (Wang, Shan & Banerjee 2011): Tables 3-6, Figs. 3-4",
                  mode, seed, out, argv=cli_args(mode, out, data, seed, only, repeats))
     sizes = sizes_for(SIZES, mode, repeats,
                       {"subsets": None, "fig3_runs": None, "fig4_runs": None})
@@ -370,6 +516,14 @@ def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=No
         _table3(rep, sizes, data, seed, progress, cache)
     if "table4" in parts:
         _table4(rep, cache)
+    if "table6" in parts and "table5" not in parts:
+        parts.insert(parts.index("table6"), "table5")
+    if "table5" in parts:
+        _table5(rep, sizes, seed, progress, cache)
+    if "table6" in parts:
+        _table4(rep, cache, source="table5", part="table6", paper_table=PAPER_TABLE6,
+                title="Table 6: paired t-test MM vs BCE (mixed base algorithms, Table 5's "
+                      "subsets)")
     if "fig3" in parts:
         _fig3(rep, sizes, seed, progress)
     if "fig4" in parts:
