@@ -279,3 +279,26 @@ def test_variational_em_torch_and_numba_backends_agree(rng):
     # alpha is weakly identified (flat bound in its direction): 1e-13 differences in
     # sum_i E[log theta_i] move it ~3e-9 after 15 iterations
     np.testing.assert_allclose(b["alpha"].numpy(), a["alpha"].numpy(), rtol=1e-7)
+
+
+def test_degenerate_restarts_are_discarded():
+    """Random-Dirichlet starts hit the degenerate optimum on planted data (alpha explodes,
+    held-out perplexity worse); the estimator discards those restarts, and k-means starts
+    avoid it."""
+    rng = np.random.default_rng(12345)
+    X, _, _ = planted(rng, N=400, M=6)
+    tr, te = X[:300], X[300:]
+    r = BCE(3, init="random", n_init=6, random_state=0, max_iter=200).fit(tr)
+    k = BCE(3, init="kmeans", n_init=3, random_state=0, max_iter=200).fit(tr)
+    assert r.n_degenerate_ >= 1 and not r.degenerate_
+    assert k.n_degenerate_ == 0
+    assert r.alpha_.sum() < 10 * X.shape[1]
+    assert abs(r.perplexity(te) - k.perplexity(te)) / k.perplexity(te) < 0.01
+    # a degenerate run on its own is clearly worse held-out
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        d = BCE(3, init="random", n_init=1, random_state=2, max_iter=200).fit(tr)
+    assert d.degenerate_
+    assert d.perplexity(te) > 1.03 * k.perplexity(te)

@@ -408,7 +408,8 @@ def e_step(alpha, beta, data: BCEData, gamma, n_iter: int, *, collect: bool = Tr
     if backend not in ("auto", "torch", "numba"):
         raise ValueError(f"backend must be 'auto', 'torch' or 'numba'; got {backend!r}")
     if backend == "auto":
-        backend = "numba" if (gamma.device.type == "cpu" and tol == 0) else "torch"
+        backend = "numba" if (gamma.device.type == "cpu" and tol == 0 and _have_numba()) \
+            else "torch"
     if backend == "numba":
         return _e_step_numba(alpha, beta, data, gamma, n_iter, collect)
     if collect and tol > 0:
@@ -463,6 +464,14 @@ def e_step(alpha, beta, data: BCEData, gamma, n_iter: int, *, collect: bool = Tr
         plogp += _sum64(stats_L * logb_ext[:, :L])
         return gamma_out, phi_sum, stats_L, plogp, max_passes
     return gamma_out, phi_sum, None, None, max_passes
+
+
+def _have_numba() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:  # pragma: no cover - numba is a dependency
+        return False
+    return True
 
 
 def _e_step_numba(alpha, beta, data, gamma, n_iter, collect):
