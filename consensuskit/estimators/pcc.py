@@ -91,6 +91,14 @@ class PCC(ConsensusEstimator):
     ``(1 - 0.1) / K + 0.1 * Dirichlet(1)`` per row: the exactly uniform matrix
     that the paper suggests is a stationary point of ``f`` (every gradient
     has equal entries), so a small random perturbation is needed.
+
+    Unused clusters (after the first ``n_clusters_`` columns) are nobody's
+    most probable cluster but may keep a small residual mass on a few points:
+    a point whose co-association with its own cluster is below the cluster's
+    typical value is fitted better with some mass on a private cluster.
+    ``n_clusters=1`` returns the trivial all-ones membership without
+    optimising (``objective_`` is then infinite for KL if any pair was ever
+    split).
     """
 
     def __init__(self, n_clusters=2, *, divergence="kl", sparse_pairs=None, max_iter=None,
