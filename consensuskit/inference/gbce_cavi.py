@@ -377,14 +377,21 @@ def lower_bound(alpha, beta, mu, sigma2, gamma, phi_sum, stats, fstats, phi_log_
 
 # ---------------------------------------------------------------- schedule
 def e_step(alpha, beta, mu, sigma2, data: GBCEData, gamma, n_iter: int, *,
-           collect: bool = True, tol: float = 0.0, chunk_size: int = 32768):
+           collect: bool = True, tol: float = 0.0, chunk_size: int = 8192,
+           backend: str = "auto"):
     """``n_iter`` warm-started passes of (phi, gamma) updates, as :func:`bce_cavi.e_step`.
 
-    Same schedule and arithmetic as BCE's E-step (rows in chunks; per pass, label
-    phi for every base clustering from the same gamma, eq. 12; then feature phi,
-    eq. 13; then gamma, eq. 14), with each label's phi counted ``u_j`` times and
-    each feature's ``w_f`` times.  On the last pass the weighted label counts,
+    Same schedule and arithmetic as BCE's torch E-step (rows in chunks; per pass,
+    label phi for every base clustering from the same gamma, eq. 12; then feature
+    phi, eq. 13; then gamma, eq. 14), with each label's phi counted ``u_j`` times
+    and each feature's ``w_f`` times.  On the last pass the weighted label counts,
     the feature statistics and ``sum phi ln phi`` are accumulated.
+
+    ``backend``: ``"auto"`` hands a pure-BCE problem (no feature in the model, every
+    ``u_j = 1``) to :func:`bce_cavi.e_step` (whose own ``"auto"`` picks its numba
+    kernel on CPU), and runs everything else here; ``"torch"`` always runs the
+    torch code here (for a pure-BCE problem it gives the numbers of BCE's
+    ``backend="torch"`` exactly).
 
     Returns
     -------
@@ -396,9 +403,15 @@ def e_step(alpha, beta, mu, sigma2, data: GBCEData, gamma, n_iter: int, *,
     phi_log_phi : float or None
     n_passes : int
     """
+    if backend not in ("auto", "torch"):
+        raise ValueError(f"backend must be 'auto' or 'torch'; got {backend!r}")
     if collect and tol > 0:
         raise ValueError("e_step: tol > 0 (early stopping) is only for collect=False")
     lab = data.labels
+    if backend == "auto" and not data.n_features and bool((data.label_weight == 1).all()):
+        g, ps, st, pl, n = bce.e_step(alpha, beta, lab, gamma, n_iter, collect=collect, tol=tol,
+                                      chunk_size=chunk_size)
+        return g, ps, st, None, pl, n
     K, N = gamma.shape
     M = lab.n_partitions
     L = lab.n_total_labels
@@ -493,7 +506,7 @@ def initial_gamma(alpha, data: GBCEData, dtype=None):
 
 
 def fold_in(alpha, beta, mu, sigma2, data: GBCEData, *, max_iter: int = 500, tol: float = 1e-8,
-            chunk_size: int = 32768):
+            chunk_size: int = 8192):
     """Variational posterior ``gamma`` (K, N) of new rows for fixed alpha, beta, mu, sigma2."""
     g0 = initial_gamma(alpha, data, beta.dtype)
     gamma = e_step(alpha, beta, mu, sigma2, data, g0, max_iter, collect=False, tol=tol,
@@ -505,7 +518,7 @@ def variational_em(data: GBCEData, n_clusters: int, beta0, alpha0=None, mu0=None
                    *, max_iter: int = 100, tol: float = 1e-6, inner_iter: int = 5,
                    smoothing: float = 1e-6, feature_smoothing: float = 1e-2,
                    alpha_cap: float | None = None, newton_tol: float = 1e-10,
-                   chunk_size: int = 32768, callback=None):
+                   chunk_size: int = 8192, backend: str = "auto", callback=None):
     """One run of GBCE's variational EM from ``beta0`` (K, L); BCE's schedule plus features.
 
     Each iteration: :func:`e_step` (``inner_iter`` warm-started passes); M-step
@@ -521,6 +534,8 @@ def variational_em(data: GBCEData, n_clusters: int, beta0, alpha0=None, mu0=None
     ----------
     mu0, sigma20 : Tensor (K, D) or None
         Initial Gaussians; None: :func:`initial_gaussian` (neutral).
+    backend : {"auto", "torch"}
+        Passed to :func:`e_step`.
 
     Returns
     -------
@@ -548,7 +563,8 @@ def variational_em(data: GBCEData, n_clusters: int, beta0, alpha0=None, mu0=None
     it = 0
     for it in range(1, max_iter + 1):
         gamma, phi_sum, stats, fstats, plogp, _ = e_step(alpha, beta, mu, sigma2, data, gamma,
-                                                         inner_iter, chunk_size=chunk_size)
+                                                         inner_iter, chunk_size=chunk_size,
+                                                         backend=backend)
         beta = update_beta(stats, lab.offsets, smoothing)
         if fstats is not None:
             mu, sigma2 = update_gaussian(*fstats, data.center, data.spread, feature_smoothing,
