@@ -48,6 +48,8 @@ def run_rank(comm, mode: str, ensemble: Ensemble, cfg: EMConfig, alpha0, beta0, 
     mode) of ``ensemble``'s rows / columns.
     """
     data = cavi.prepare_data(ensemble, dtype=dtype)
+    # every rank has its data: a monitored barrier names any rank that did not get here
+    comm.barrier("setup/ready")
     a0 = torch.as_tensor(np.asarray(alpha0), dtype=dtype)
     b0 = torch.as_tensor(np.asarray(beta0), dtype=dtype)
     fn = {"row": row.fit_rows_exact, "row-sequential": row.fit_rows_sequential,

@@ -104,7 +104,8 @@ class WorkerResult:
     messages : list of dict
         The rank's :class:`~consensuskit.distributed.comm.Message` records.
     seconds : dict
-        ``total``, ``comm`` (time inside collectives) wall seconds of the fit.
+        ``total`` and ``comm`` (inside communication calls) wall seconds and
+        ``cpu`` process seconds of the fit.
     """
 
     rank: int

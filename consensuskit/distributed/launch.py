@@ -71,8 +71,9 @@ class DistributedFit:
     messages : list of list of Message
         ``messages[p]``: every message rank ``p`` took part in.
     seconds : list of dict
-        Per rank: ``total`` wall seconds of the fit and ``comm`` seconds inside
-        communication calls.
+        Per rank: ``total`` wall seconds of the fit, ``comm`` wall seconds inside
+        communication calls, ``cpu`` process CPU seconds of the fit (and, for
+        spawned workers, ``entered``/``joined`` epoch times of start-up).
     assignment : list of ndarray
         Rows (row modes) or columns (column mode) held by each rank.
     """
@@ -115,6 +116,7 @@ def _collect(procs, results, timeout: float):
     """
     P = len(procs)
     ok, errors, exits = {}, {}, {}
+    quiet_exit = {}
     failed_at = None
     grace = timeout + 5.0
     while len(ok) + len(errors) + len(exits) < P:
@@ -127,11 +129,10 @@ def _collect(procs, results, timeout: float):
         for r, p in enumerate(procs):
             if r in ok or r in errors or r in exits or p.is_alive():
                 continue
-            # exited: give its queued message (if any) a moment to arrive
-            if p.exitcode != 0 or time.monotonic() - getattr(p, "_ck_seen", time.monotonic()) > 2:
+            # exited cleanly: give its queued message a moment to arrive
+            seen = quiet_exit.setdefault(r, time.monotonic())
+            if p.exitcode != 0 or time.monotonic() - seen > 2.0:
                 exits[r] = p.exitcode
-            elif not hasattr(p, "_ck_seen"):
-                p._ck_seen = time.monotonic()
         if (errors or exits) and failed_at is None:
             failed_at = time.monotonic()
         if failed_at is not None and time.monotonic() - failed_at > grace:
