@@ -199,7 +199,8 @@ def line_grid(path, panels, xlabel, ylabel, title=None, ncols=3):
                 ax.errorbar(x, y, yerr=np.asarray(data[2], float), marker="o", ms=3,
                             capsize=2, label=label)
             else:
-                ax.plot(x, y, marker="o", ms=3, label=label)
+                style = "--" if "(paper)" in label else "-"  # published values dashed
+                ax.plot(x, y, style, marker="o", ms=3, label=label)
         ax.set_title(panel)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
@@ -207,13 +208,13 @@ def line_grid(path, panels, xlabel, ylabel, title=None, ncols=3):
     for ax in axes.ravel()[len(panels):]:
         ax.axis("off")
     handles, labels = axes.ravel()[0].get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6),
-                   bbox_to_anchor=(0.5, 0.0))
     if title:
         fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.97 if title else 1))
-    fig.savefig(path, dpi=90)
+    fig.tight_layout(rect=(0, 0, 1, 0.95 if title else 1))
+    if handles:  # to the right of the panels; bbox_inches="tight" keeps it in the image
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5),
+                   fontsize=8)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -238,10 +239,10 @@ def bar_groups(path, groups, ylabel, title=None):
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return path
 
