@@ -222,3 +222,9 @@ def test_repeats_overrides_the_mode(tmp_path):
     assert "--repeats 3" in (tmp_path / "bce.md").read_text()
     with pytest.raises(SystemExit):
         cli.main(["reproduce", "bce", "--repeats", "0"])
+
+
+def test_bce_kdd99_part_needs_data(tmp_path, capsys):
+    assert cli.main(["reproduce", "bce", "--smoke", "--only", "kdd99",
+                     "--out", str(tmp_path)]) == 2
+    assert "--data" in capsys.readouterr().err
