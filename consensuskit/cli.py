@@ -7,8 +7,9 @@
     Fits a consensus model to a CSV of base labels (one column per base
     clustering; header optional; empty cell, NaN or -1 = missing) and writes the
     consensus labels (plus membership columns where the model has them).
-``consensuskit reproduce <name>``
-    Runs a registered paper reproduction (see :mod:`consensuskit.reproduce`).
+``consensuskit reproduce <name> [--quick | --smoke] [--out DIR] [--data PATH]``
+    Runs a registered paper reproduction (see :mod:`consensuskit.reproduce`);
+    the options are passed to reproductions that accept them.
 
 Bad input prints one line ``error: ...`` on stderr and exits with status 2.
 """
@@ -272,7 +273,19 @@ def _cmd_reproduce(args, out):
         if not names:
             print("  (none registered yet)", file=out)
         return 0 if args.name is None else 2
-    status = reproduce.REGISTRY[args.name].function(progress=not args.quiet)
+    function = reproduce.REGISTRY[args.name].function
+    options = {
+        "mode": "smoke" if args.smoke else ("quick" if args.quick else "full"),
+        "out": args.out,
+        "data": args.data,
+        "seed": args.seed,
+        "only": args.only,
+        "repeats": args.repeats,
+    }
+    params = inspect.signature(function).parameters
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {k: v for k, v in options.items() if takes_all or k in params}
+    status = function(progress=not args.quiet, **kwargs)
     return int(status or 0)
 
 
@@ -301,6 +314,20 @@ def _build_parser():
 
     rep = sub.add_parser("reproduce", help="regenerate a published table")
     rep.add_argument("name", nargs="?", default=None, help="reproduction name (omit to list)")
+    size = rep.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="few repeats (a few minutes); default is the paper's full size")
+    size.add_argument("--smoke", action="store_true",
+                      help="tiny sizes (seconds), only to check that everything runs")
+    rep.add_argument("--out", default="results",
+                     help="folder for <name>.md, <name>.csv and figures (default: results)")
+    rep.add_argument("--data", default=None,
+                     help="path to an optional large dataset (the kdd99 sample CSV)")
+    rep.add_argument("--seed", type=int, default=0, help="base random seed (0)")
+    rep.add_argument("--repeats", type=int, default=None,
+                     help="override the mode's number of repeats (subsets, runs) to fit a budget")
+    rep.add_argument("--only", default=None,
+                     help="comma-separated parts to run (e.g. table3,fig4); default all")
     rep.set_defaults(func=_cmd_reproduce)
     return parser
 
@@ -313,6 +340,8 @@ def main(argv=None) -> int:
         parser.error("--n-partitions must be >= 1")
     if getattr(args, "n_clusters", 1) < 1:
         parser.error("--n-clusters must be >= 1")
+    if getattr(args, "repeats", None) is not None and args.repeats < 1:
+        parser.error("--repeats must be >= 1")
     previous = os.environ.get("TQDM_DISABLE")
     if args.quiet:  # silences every tqdm bar, including those inside estimators
         os.environ["TQDM_DISABLE"] = "1"
