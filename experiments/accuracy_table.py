@@ -116,7 +116,7 @@ def main(argv=None):
         for seed in range(args.seeds):
             X = base_clusterings(F, C, args.partitions, seed)
             base = float(np.mean([accuracy(y, X[:, j]) for j in range(X.shape[1])]))
-            records.append((ds, "base clusterings (mean)", seed, base, 0.0))
+            records.append((ds, "base clusterings (mean)", seed, base, 0.0, C))
             for name, (make, note) in estimators(C, seed).items():
                 if make is None:
                     skipped[name] = note
@@ -127,10 +127,12 @@ def main(argv=None):
                 except Exception as err:  # report, do not hide: a method that fails is listed
                     skipped[name] = f"failed: {type(err).__name__}: {err}"
                     continue
-                records.append((ds, name, seed, accuracy(y, lab), time.perf_counter() - t0))
+                records.append((ds, name, seed, accuracy(y, lab), time.perf_counter() - t0,
+                                int(np.unique(lab).size)))
             print(f"{ds} seed {seed} done", file=sys.stderr, flush=True)
 
-    df = pd.DataFrame(records, columns=["dataset", "method", "seed", "accuracy", "seconds"])
+    df = pd.DataFrame(records, columns=["dataset", "method", "seed", "accuracy", "seconds",
+                                          "n_clusters_found"])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "accuracy_table.csv", index=False)
@@ -161,6 +163,20 @@ def main(argv=None):
            and (m, "iris") in agg.index and agg.loc[(m, "iris"), "mean"] <= iris_base]
     verdict = ("all methods beat the average base clustering on iris" if not bad
                else "NOT above the average base clustering on iris: " + ", ".join(bad))
+    found = df.groupby(["method", "dataset"], sort=False)["n_clusters_found"].mean()
+    n_classes = {ds: int(df[(df.dataset == ds) & (df.method == methods[0])]
+                         .n_clusters_found.iloc[0]) for ds in DATASETS}
+    other_k = [m for m in methods
+               if any(abs(found.get((m, ds), n_classes[ds]) - n_classes[ds]) > 1e-9
+                      for ds in DATASETS)]
+    if other_k:
+        lines += ["", "Methods whose number of clusters differs from C (mean clusters found; "
+                  "Hungarian accuracy counts every point of an unmatched extra cluster as "
+                  "an error):", ""]
+        for m in other_k:
+            cells = ", ".join(f"{ds} {found.get((m, ds), float('nan')):.1f} (C={n_classes[ds]})"
+                              for ds in DATASETS)
+            lines.append(f"- {m}: {cells}")
     lines += ["", f"Sanity check: {verdict} ({iris_base:.3f})."]
     (out / "accuracy_table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
