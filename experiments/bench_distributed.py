@@ -35,7 +35,6 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -95,15 +94,13 @@ def main():
 
     from consensuskit.data import Ensemble
     from consensuskit.distributed import fit_distributed
-    from consensuskit.inference import bce_cavi as cavi
+    from consensuskit.distributed.timing import column_vs_single, warm_up
 
     K, T = 3, args.iters
     report = {"n": args.n, "n_cost": args.n_cost, "iters": T, "cost": [], "fig6": [], "fig5": []}
 
     # warm the worker fork server once (its start-up is not part of any number below)
-    Xw, _ = planted(60, 8)
-    fit_distributed(Xw, K, n_workers=2, max_iter=1, random_state=0)
-    fit_distributed(Xw, K, n_workers=1, max_iter=1, random_state=0)  # compile kernels here
+    warm_up(K)
 
     # 1. cost model -----------------------------------------------------------------
     X, truth = planted(args.n_cost, 40)
@@ -131,25 +128,13 @@ def main():
           f"{'max rank CPU':>12s} {'ratio':>6s} {'start-up':>8s}")
     for M in [int(v) for v in args.ms.split(",")]:
         X, truth = planted(args.n, M, seed=M)
-        ens = Ensemble.from_labels(X)
-        beta0 = cavi.init_beta_random(ens, K, np.random.RandomState(0))
-        data = cavi.prepare_data(ens)
-        t0, c0 = time.perf_counter(), time.process_time()
-        ref = cavi.variational_em(data, K, beta0, max_iter=T, tol=0.0)
-        t_single, c_single = time.perf_counter() - t0, time.process_time() - c0
-        t0 = time.perf_counter()
-        fit = fit_distributed(X, K, n_workers=P6, mode="column", beta_init=beta0,
-                              max_iter=T, tol=0.0)
-        t_call = time.perf_counter() - t0
-        t_fit = max(s["total"] for s in fit.seconds)
-        t_comp = max(s["cpu"] for s in fit.seconds)
-        assert np.allclose(fit.alpha, ref["alpha"].numpy(), atol=1e-8)
-        row = {"M": M, "single": t_single, "single_cpu": c_single, "column": t_fit,
-               "compute_only": t_comp,
-               "startup": t_call - t_fit, "bytes_rank1_per_iter": fit.bytes_sent()[1] / T}
+        row = column_vs_single(X, K, n_workers=P6, max_iter=T, seed=0)
+        row["M"] = M
+        t_single, c_single = row["single"], row["single_cpu"]
+        t_fit, t_comp, t_start = row["column"], row["compute_only"], row["startup"]
         report["fig6"].append(row)
         print(f"{M:5d} {t_single:8.3f} {t_fit:8.3f} {t_single / t_fit:6.2f} {c_single:10.3f} "
-              f"{t_comp:12.3f} {c_single / t_comp:6.2f} {t_call - t_fit:8.2f}")
+              f"{t_comp:12.3f} {c_single / t_comp:6.2f} {t_start:8.2f}")
 
     # 3. Fig. 5 -----------------------------------------------------------------------
     X, truth = planted(args.n, 20, noise=0.7, seed=5)
