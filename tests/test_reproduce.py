@@ -25,7 +25,7 @@ SMOKE_PARTS = {
     "nbce": "table3,table7",
     "pcc": "soft,type1",
     "mm": "table7,table8",
-    "kcc": "table4,table11_12",
+    "kcc": "table4,table11_12",  # table9_10: test_kcc_tables_6_10_share_one_fit
 }
 
 
@@ -217,6 +217,57 @@ def test_kcc_rps_partition_range():
     X = rps_partitions(F, 3, 12, seed=0)
     ks = [len(np.unique(X[:, j])) for j in range(12)]
     assert min(ks) >= 3 and max(ks) <= 10  # k in [K, ceil(sqrt(n))]
+
+
+def test_kcc_tables_6_10_share_one_fit(monkeypatch, tmp_path):
+    """Tables 6-10 evaluate one fit per method; VI_n / VD_n take the best (smallest)
+    graph partitioner, CA / NMI / R_n the largest."""
+    from consensuskit import metrics
+    from consensuskit.datasets import load
+    from consensuskit.reproduce import _methods, kcc
+
+    _, y = load("iris")
+    bad = np.arange(len(y)) % 3  # unrelated to the classes
+    calls, kcc_labels = [], []
+
+    def fake_consensus(method, X, K, seed):  # the graph partitioners and MM, cheaply
+        calls.append(method)
+        return y.copy() if method == "CSPA" else bad
+
+    real_kcc = kcc._kcc
+
+    class CountingKCC:
+        def __init__(self, utility, K, seed):
+            self.est = real_kcc(utility, K, seed)
+
+        def fit(self, X):
+            self.labels_ = self.est.fit(X).labels_
+            kcc_labels.append(self.labels_)
+            return self
+
+    monkeypatch.setattr(_methods, "consensus_labels", fake_consensus)
+    monkeypatch.setattr(kcc, "_kcc", CountingKCC)
+    monkeypatch.setattr(kcc, "_eac_single", lambda X, K: bad)
+    assert kcc.run(progress=False, mode="smoke", out=str(tmp_path),
+                   only="table6_8,table9_10") == 0
+    assert sorted(calls) == ["CSPA", "HGPA", "MCLA", "MM"]  # one run, one fit each
+    assert len(kcc_labels) == 1
+    df = pd.read_csv(tmp_path / "kcc.csv").set_index(["part", "method", "metric"])
+    assert set(df.index.get_level_values("part")) == {f"table{t}" for t in range(6, 11)}
+    ours = {"CA": metrics.accuracy, "NMI": metrics.nmi, "Rn": metrics.adjusted_rand,
+            "VIn": metrics.normalized_variation_of_information, "VDn": metrics.van_dongen}
+    for k, f in ours.items():
+        part = f"table{kcc.TABLE_OF[k]}"
+        row = df.loc[(part, "KCC-UH", k)]
+        assert row.ours == pytest.approx(f(y, kcc_labels[0]), abs=1e-12)  # the same fit
+        best = df.loc[(part, "best of CSPA/HGPA/MCLA", k)].ours
+        assert best == pytest.approx(0.0 if k in kcc.LOWER_IS_BETTER else 1.0, abs=1e-12)
+    # the paper's iris numbers (KCC, ClusterEnsemble, LinkCluE) sit beside ours
+    assert df.loc[("table9", "KCC-UH", "VIn")].paper == pytest.approx(0.2064)
+    assert df.loc[("table10", "best of CSPA/HGPA/MCLA", "VDn")].paper == pytest.approx(0.0404)
+    assert df.loc[("table10", "EAC-SL", "VDn")].paper == pytest.approx(0.2814)
+    text = (tmp_path / "kcc.md").read_text()
+    assert "Table 9: VIn" in text and "Table 10: VDn" in text and "Lower is better" in text
 
 
 # -- the real quick runs (minutes each) ----------------------------------------------
