@@ -326,14 +326,17 @@ class Ensemble:
     # -- shape and masks ------------------------------------------------------
     @property
     def n_samples(self) -> int:
+        """Number of points N (rows)."""
         return int(self.codes.shape[0])
 
     @property
     def n_partitions(self) -> int:
+        """Number of base clusterings M (columns)."""
         return int(self.codes.shape[1])
 
     @property
     def shape(self) -> tuple[int, int]:
+        """``(n_samples, n_partitions)``."""
         return self.codes.shape
 
     def __len__(self) -> int:
@@ -359,6 +362,7 @@ class Ensemble:
 
     @property
     def has_missing(self) -> bool:
+        """True if any label is missing."""
         return bool((self.codes < 0).any())
 
     def subset(self, rows) -> Ensemble:
