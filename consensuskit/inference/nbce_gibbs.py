@@ -83,6 +83,40 @@ _BLOCK = 16  # columns between underflow checks
 
 
 @numba.njit(cache=True, fastmath=True)
+def _occupied_likelihood(n, idx, num, invden, occ, n_occ, rep, lik):
+    """Rescaled likelihood of row ``n``'s labels under the occupied components.
+
+    ``occ[:n_occ]`` are the occupied components; ``rep >= 0`` appends one empty
+    component standing for all of them.  Fills ``lik[:nl]`` (a common factor
+    rescales them whenever their maximum drops below ``_TINY``) and returns ``nl``.
+    """
+    M = idx.shape[1]
+    nl = n_occ
+    if rep >= 0:
+        occ[nl] = rep
+        nl += 1
+    for j in range(nl):
+        lik[j] = 1.0
+    for m0 in range(0, M, _BLOCK):
+        for m in range(m0, min(M, m0 + _BLOCK)):
+            l = idx[n, m]
+            if l >= 0:
+                for j in range(nl):
+                    k = occ[j]
+                    lik[j] *= num[l, k] * invden[m, k]
+        if m0 + _BLOCK < M:
+            mx = 0.0
+            for j in range(nl):
+                if lik[j] > mx:
+                    mx = lik[j]
+            if mx < _TINY:
+                sc = 1.0 / mx
+                for j in range(nl):
+                    lik[j] *= sc
+    return nl
+
+
+@numba.njit(cache=True, fastmath=True)
 def _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w, occ, lik):
     """Unnormalised p(z_n = k | z_-n, x) for all k into ``w`` (point n already removed).
 
@@ -141,28 +175,7 @@ def _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w, occ, lik):
         for k in range(K):
             w[k] *= lik[k]
         return
-    nl = n_occ
-    if rep >= 0:
-        occ[nl] = rep
-        nl += 1
-    for j in range(nl):
-        lik[j] = 1.0
-    for m0 in range(0, M, _BLOCK):
-        for m in range(m0, min(M, m0 + _BLOCK)):
-            l = idx[n, m]
-            if l >= 0:
-                for j in range(nl):
-                    k = occ[j]
-                    lik[j] *= num[l, k] * invden[m, k]
-        if m0 + _BLOCK < M:
-            mx = 0.0
-            for j in range(nl):
-                if lik[j] > mx:
-                    mx = lik[j]
-            if mx < _TINY:
-                s = 1.0 / mx
-                for j in range(nl):
-                    lik[j] *= s
+    nl = _occupied_likelihood(n, idx, num, invden, occ, n_occ, rep, lik)
     if rep >= 0:
         e = lik[nl - 1]
         for k in range(K):
@@ -202,7 +215,6 @@ def _compact(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w, occ, lik):
     components, equally.  Empty components share the likelihood factor ``e``.
     """
     K = cnt.shape[0]
-    M = idx.shape[1]
     n_occ = 0
     rep = -1
     last = -1
@@ -217,28 +229,7 @@ def _compact(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w, occ, lik):
         elif rep < 0:
             rep = k
     n_empty = K - n_occ
-    nl = n_occ
-    if rep >= 0:
-        occ[nl] = rep
-        nl += 1
-    for j in range(nl):
-        lik[j] = 1.0
-    for m0 in range(0, M, _BLOCK):
-        for m in range(m0, min(M, m0 + _BLOCK)):
-            l = idx[n, m]
-            if l >= 0:
-                for j in range(nl):
-                    k = occ[j]
-                    lik[j] *= num[l, k] * invden[m, k]
-        if m0 + _BLOCK < M:
-            mx = 0.0
-            for j in range(nl):
-                if lik[j] > mx:
-                    mx = lik[j]
-            if mx < _TINY:
-                sc = 1.0 / mx
-                for j in range(nl):
-                    lik[j] *= sc
+    nl = _occupied_likelihood(n, idx, num, invden, occ, n_occ, rep, lik)
     e = lik[nl - 1] if rep >= 0 else 0.0
     if prior == 1:  # FSD
         for j in range(n_occ):
