@@ -9,7 +9,7 @@ and inference engines in :mod:`consensuskit.inference`.
 
 from importlib import import_module
 
-from .data import Ensemble, as_ensemble
+from .ensemble import Ensemble, as_ensemble
 
 __version__ = "0.1.0"
 
@@ -34,6 +34,6 @@ __all__ = ["Ensemble", "as_ensemble", "__version__", *_LAZY]
 def __getattr__(name):
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)
-    if name in {"datasets", "ensemble", "metrics", "models", "inference"}:
+    if name in {"datasets", "ensemble", "generate", "metrics", "models", "inference"}:
         return import_module(f"consensuskit.{name}")
     raise AttributeError(f"module 'consensuskit' has no attribute {name!r}")

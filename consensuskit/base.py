@@ -15,7 +15,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .data import Ensemble, as_ensemble
+from .ensemble import Ensemble, as_ensemble
 
 __all__ = [
     "ConsensusEstimator",

@@ -98,8 +98,8 @@ def _quality_row(y, labels):
 
 def _cmd_demo(args, out):
     from . import datasets
-    from .data import Ensemble
-    from .ensemble import kmeans_partitions
+    from .ensemble import Ensemble
+    from .generate import kmeans_partitions
 
     X, y = datasets.load("iris")
     M = args.n_partitions
@@ -202,7 +202,7 @@ def _read_label_csv(path):
 def _cmd_fit(args, out):
     import pandas as pd
 
-    from .data import Ensemble
+    from .ensemble import Ensemble
 
     class_name = MODEL_CLASSES[args.model]
     try:

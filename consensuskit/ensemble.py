@@ -1,540 +1,535 @@
-"""Generators of base clusterings (the input of every consensus function).
+"""The validated, re-coded label matrix that every consensus method consumes.
 
-Each generator returns an int64 label matrix of shape ``(n_samples,
-n_partitions)``; column ``j`` is one base clustering with labels ``0..k_j-1``
-and ``-1`` where the point was not clustered (incomplete partitions).  All take
-``random_state`` (int, ``numpy.random.RandomState`` or None) and draw one seed per
-partition from it, so a run is reproducible; ``progress=True`` shows a tqdm bar.
+An ensemble of ``M`` base clusterings of ``N`` points is an ``(N, M)`` matrix of
+labels.  :class:`Ensemble` validates it once, re-codes each column to
+``0..k_j-1`` (``-1`` marks a missing label) and offers the two representations
+the models need:
 
-* :func:`kmeans_partitions` -- k-means with random initialisation and a random
-  number of clusters per partition (the "RPS" ensembles of the papers),
-  optionally on a random subsample of rows (incomplete partitions).
-* :func:`random_feature_partitions` -- k-means on random feature subsets (RFS).
-* :func:`mixed_partitions` -- several algorithms mixed (k-means, fuzzy c-means,
-  agglomerative single/average/ward, spectral, affinity propagation).
-* :func:`drop_labels` -- turn observed labels into missing ones.
-* :func:`fuzzy_cmeans` -- the fuzzy c-means used by :func:`mixed_partitions`.
+* the *offset index* (the KCC paper's sparse ``binIDX``): label ``r`` of column
+  ``j`` becomes the global index ``offsets[j] + r`` into the concatenated
+  one-hot vocabulary of size ``sum_j k_j``; memory is O(N*M);
+* co-association counts ``c_ij`` (partitions putting i and j together) and
+  co-occurrence counts ``N_ij`` (partitions labelling both), either dense for
+  small N or for a given set of pairs, never forming an N x N array.
 """
 
 from __future__ import annotations
 
 import numbers
-import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
-from sklearn.utils import check_random_state
+import scipy.sparse as sp
 
-from .data import _labels_to_int, _to_numpy
+__all__ = ["Ensemble", "as_ensemble", "sample_pairs", "MISSING", "DENSE_COASSOCIATION_LIMIT"]
 
-__all__ = [
-    "kmeans_partitions",
-    "random_feature_partitions",
-    "mixed_partitions",
-    "drop_labels",
-    "fuzzy_cmeans",
-    "ALGORITHMS",
-]
-
-#: Algorithms understood by :func:`mixed_partitions`.
-ALGORITHMS = (
-    "kmeans",
-    "fuzzy_cmeans",
-    "single",
-    "average",
-    "ward",
-    "spectral",
-    "affinity_propagation",
-)
+#: Code of a missing label in :attr:`Ensemble.codes`.
+MISSING = -1
+#: Largest N for which :meth:`Ensemble.coassociation` builds dense N x N arrays.
+DENSE_COASSOCIATION_LIMIT = 20_000
 
 
-# -- validation helpers ------------------------------------------------------------
+def _to_numpy(X) -> np.ndarray:
+    """Turn numpy / torch / pandas / nested-list input into a numpy array."""
+    if isinstance(X, Ensemble):
+        raise TypeError("already an Ensemble")
+    if sp.issparse(X):
+        raise TypeError(
+            "sparse input is not supported: pass the label matrix as a dense array "
+            "(missing labels as -1 or NaN)"
+        )
+    if X is None or isinstance(X, (dict, set, frozenset)):
+        raise TypeError(
+            "labels must be a 2-D array-like of shape (n_samples, n_partitions); "
+            f"got {type(X).__name__}"
+        )
+    try:  # torch without importing it eagerly
+        import torch
+
+        if isinstance(X, torch.Tensor):
+            return X.detach().cpu().numpy()
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    if hasattr(X, "to_numpy") and hasattr(X, "columns"):  # pandas DataFrame
+        return X.to_numpy(dtype=object, na_value=np.nan) if _has_pandas_na(X) else X.to_numpy()
+    if isinstance(X, (str, bytes)) or np.isscalar(X):
+        raise ValueError(
+            "labels must be a 2-D array-like of shape (n_samples, n_partitions); got a scalar"
+        )
+    if _is_ragged_or_mixed(X):
+        _check_not_ragged(X)
+        return np.asarray(X, dtype=object)
+    return np.asarray(X)
 
 
-def _check_features(features) -> np.ndarray:
-    A = _to_numpy(features) if not isinstance(features, np.ndarray) else features
+def _check_not_ragged(X) -> None:
+    """Raise if a nested sequence has rows of different lengths (numpy would make it 1-D)."""
     try:
-        A = np.asarray(A, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"features must be numeric; {exc}") from exc
-    if A.ndim != 2:
+        lengths = [len(row) for row in X]
+    except TypeError:  # some rows are scalars
+        lengths = [len(row) if hasattr(row, "__len__") and not isinstance(row, str) else None
+                   for row in X]
+    if len(set(lengths)) > 1:
+        first = lengths[0]
+        i = next(i for i, n in enumerate(lengths) if n != first)
         raise ValueError(
-            f"features must be 2-D of shape (n_samples, n_features); got shape {A.shape}"
+            f"labels are ragged: row 0 has {first} entries but row {i} has {lengths[i]}; "
+            "every row needs one label per base clustering"
         )
-    if A.shape[0] < 2 or A.shape[1] < 1:
-        raise ValueError(f"features need at least 2 rows and 1 column; got shape {A.shape}")
-    if not np.isfinite(A).all():
-        i, j = np.argwhere(~np.isfinite(A))[0]
-        raise ValueError(f"feature at row {i}, column {j} is not finite ({A[i, j]!r})")
-    return np.ascontiguousarray(A)
 
 
-def _check_int(value, name, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer; got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}; got {value}")
-    return int(value)
+def _has_pandas_na(df) -> bool:
+    return any(str(t) in {"Int64", "Int32", "Int16", "Int8", "object"} for t in df.dtypes)
 
 
-def _check_k_range(n_clusters, n_rows):
-    """``n_clusters`` int or (lo, hi) -> (lo, hi) validated against the rows clustered."""
-    if isinstance(n_clusters, numbers.Integral) and not isinstance(n_clusters, bool):
-        lo = hi = int(n_clusters)
-    else:
-        try:
-            lo, hi = n_clusters
-        except (TypeError, ValueError) as exc:
+def _is_ragged_or_mixed(X) -> bool:
+    if isinstance(X, np.ndarray):
+        return False
+    try:
+        np.asarray(X)
+    except (ValueError, TypeError):
+        return True
+    return False
+
+
+def _is_missing_scalar(v) -> bool:
+    if v is None:
+        return True
+    if isinstance(v, float) and np.isnan(v):
+        return True
+    try:
+        import pandas as pd
+
+        return v is pd.NA or v is pd.NaT
+    except ImportError:  # pragma: no cover
+        return False
+
+
+def _object_to_float(A: np.ndarray) -> np.ndarray:
+    """Convert an object array of labels to float64 (NaN = missing), refusing strings."""
+    out = np.empty(A.shape, dtype=np.float64)
+    for (i, j), v in np.ndenumerate(A):
+        if _is_missing_scalar(v):
+            out[i, j] = np.nan
+        elif isinstance(v, (bool, np.bool_)):
+            out[i, j] = float(v)
+        elif isinstance(v, numbers.Real):
+            out[i, j] = float(v)
+        elif not isinstance(v, (str, bytes, np.str_, np.bytes_, numbers.Number)):
             raise TypeError(
-                f"n_clusters must be an int or a (low, high) pair; got {n_clusters!r}"
-            ) from exc
-        lo = _check_int(lo, "n_clusters low")
-        hi = _check_int(hi, "n_clusters high")
-    if lo < 1 or lo > hi:
-        raise ValueError(f"n_clusters range must satisfy 1 <= low <= high; got ({lo}, {hi})")
-    if hi > n_rows:
-        raise ValueError(
-            f"n_clusters up to {hi} but only {n_rows} rows are clustered per partition"
-        )
-    return lo, hi
-
-
-def _check_subsample(subsample, n):
-    """Fraction of rows per partition -> row count (None -> all rows)."""
-    if subsample is None:
-        return n
-    if isinstance(subsample, bool) or not isinstance(subsample, numbers.Real):
-        raise TypeError(f"subsample must be a fraction in (0, 1] or None; got {subsample!r}")
-    if not 0.0 < float(subsample) <= 1.0:
-        raise ValueError(f"subsample must be a fraction in (0, 1]; got {subsample!r}")
-    return max(2, int(round(float(subsample) * n)))
-
-
-def _progress(iterable, progress, desc, total=None):
-    from tqdm.auto import tqdm
-
-    return tqdm(iterable, desc=desc, total=total, disable=not progress, leave=False)
-
-
-def _draw_k(rng, lo, hi):
-    return int(rng.randint(lo, hi + 1))
-
-
-def _cover_unlabelled(labels, features_used, rng):
-    """Give every row that no partition labelled a label in one random partition.
-
-    The row gets, in a partition drawn at random, the label of its nearest
-    neighbour (Euclidean, in the features that partition used) among the rows
-    that partition did label -- the natural out-of-sample extension of a
-    clustering.  Modifies ``labels`` in place and returns it.
-    """
-    from sklearn.neighbors import NearestNeighbors
-
-    missing_rows = np.flatnonzero((labels < 0).all(axis=1))
-    if missing_rows.size == 0:
-        return labels
-    which = rng.randint(0, labels.shape[1], size=missing_rows.size)
-    for j in np.unique(which):
-        rows = missing_rows[which == j]
-        have = np.flatnonzero(labels[:, j] >= 0)
-        F = features_used[j]
-        nn = NearestNeighbors(n_neighbors=1).fit(F[have])
-        idx = nn.kneighbors(F[rows], return_distance=False)[:, 0]
-        labels[rows, j] = labels[have[idx], j]
-    return labels
-
-
-def _recode(col):
-    """Relabel observed entries of a column to 0..k-1 (algorithms may skip labels)."""
-    out = np.full(col.shape, -1, dtype=np.int64)
-    obs = col >= 0
-    _, inv = np.unique(col[obs], return_inverse=True)
-    out[obs] = inv.reshape(-1)
+                f"label at row {i}, column {j} is {v!r} of type {type(v).__name__}: the "
+                "argument must be an integer, not a string or an object (labels are "
+                "integer numbers; missing: -1, NaN or None)"
+            )
+        else:
+            raise ValueError(
+                f"label at row {i}, column {j} is {v!r} of type {type(v).__name__}; "
+                "labels must be integers (missing: -1, NaN or None)"
+            )
     return out
 
 
-def _kmeans(F, k, seed, n_init):
-    from sklearn.cluster import KMeans
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # ConvergenceWarning on duplicate points
-        return KMeans(n_clusters=k, init="random", n_init=n_init, random_state=seed).fit_predict(F)
-
-
-# -- generators ----------------------------------------------------------------------
-
-
-def kmeans_partitions(
-    features,
-    n_partitions,
-    n_clusters=(2, 10),
-    subsample=None,
-    random_state=None,
-    n_init=1,
-    progress=False,
-):
-    """k-means base clusterings with random initialisation and random k (RPS).
-
-    Partition ``j`` runs ``KMeans(init="random", n_init=n_init)`` with ``k_j``
-    drawn uniformly from ``{low, ..., high}`` (a fixed k if ``n_clusters`` is an
-    int).  With ``subsample=f`` each partition clusters a random ``round(f*N)``
-    rows drawn without replacement and leaves the others at ``-1``.  A row that
-    no partition drew is afterwards labelled in one randomly chosen partition
-    with the label of its nearest clustered neighbour, so that every row has at
-    least one label (:meth:`Ensemble.from_labels` refuses empty rows).
-
-    Parameters
-    ----------
-    features : array-like of shape (n_samples, n_features)
-    n_partitions : int
-        Number of base clusterings M.
-    n_clusters : int or (int, int), default (2, 10)
-        Fixed k, or inclusive range from which each partition's k is drawn.
-    subsample : float in (0, 1] or None
-        Fraction of rows clustered by each partition.
-    random_state : int, RandomState or None
-    n_init : int, default 1
-        k-means restarts per partition (1 keeps the ensemble diverse).
-    progress : bool, default False
-        Show a progress bar.
-
-    Returns
-    -------
-    labels : ndarray of int64, shape (n_samples, n_partitions)
-        ``-1`` marks rows a partition did not cluster.
-    """
-    X = _check_features(features)
-    M = _check_int(n_partitions, "n_partitions")
-    n_init = _check_int(n_init, "n_init")
-    n = X.shape[0]
-    m = _check_subsample(subsample, n)
-    lo, hi = _check_k_range(n_clusters, m)
-    rng = check_random_state(random_state)
-    labels = np.full((n, M), -1, dtype=np.int64)
-    for j in _progress(range(M), progress, "k-means partitions"):
-        k = _draw_k(rng, lo, hi)
-        seed = int(rng.randint(0, 2**31 - 1))
-        rows = np.arange(n) if m == n else np.sort(rng.choice(n, size=m, replace=False))
-        labels[rows, j] = _recode(_kmeans(X[rows], k, seed, n_init))
-    if m < n:
-        _cover_unlabelled(labels, [X] * M, rng)
-    return labels
-
-
-def _feature_count(n_features, d):
-    if isinstance(n_features, bool):
-        raise TypeError(f"n_features must be an int or a fraction; got {n_features!r}")
-    if isinstance(n_features, numbers.Integral):
-        if not 1 <= n_features <= d:
-            raise ValueError(f"n_features must lie in [1, {d}]; got {n_features}")
-        return int(n_features)
-    if isinstance(n_features, numbers.Real):
-        if not 0.0 < float(n_features) <= 1.0:
-            raise ValueError(f"n_features as a fraction must lie in (0, 1]; got {n_features}")
-        return max(1, int(round(float(n_features) * d)))
-    raise TypeError(f"n_features must be an int or a fraction; got {n_features!r}")
-
-
-def random_feature_partitions(
-    features,
-    n_partitions,
-    n_clusters,
-    n_features=0.5,
-    subsample=None,
-    random_state=None,
-    n_init=1,
-    progress=False,
-):
-    """k-means on random feature subsets (RFS).
-
-    Each partition draws ``n_features`` distinct features uniformly (an int, or
-    a fraction of the ``d`` features, rounded, at least 1) and runs k-means with
-    random initialisation on them; ``n_clusters`` and ``subsample`` behave as in
-    :func:`kmeans_partitions` (uncovered rows are labelled by nearest neighbour
-    in the partition's own feature subset).
-
-    Returns
-    -------
-    labels : ndarray of int64, shape (n_samples, n_partitions)
-    """
-    X = _check_features(features)
-    M = _check_int(n_partitions, "n_partitions")
-    n_init = _check_int(n_init, "n_init")
-    n, d = X.shape
-    q = _feature_count(n_features, d)
-    m = _check_subsample(subsample, n)
-    lo, hi = _check_k_range(n_clusters, m)
-    rng = check_random_state(random_state)
-    labels = np.full((n, M), -1, dtype=np.int64)
-    used = []
-    for j in _progress(range(M), progress, "random-feature partitions"):
-        k = _draw_k(rng, lo, hi)
-        seed = int(rng.randint(0, 2**31 - 1))
-        cols = np.sort(rng.choice(d, size=q, replace=False))
-        rows = np.arange(n) if m == n else np.sort(rng.choice(n, size=m, replace=False))
-        F = X[:, cols]
-        used.append(F)
-        labels[rows, j] = _recode(_kmeans(F[rows], k, seed, n_init))
-    if m < n:
-        _cover_unlabelled(labels, used, rng)
-    return labels
-
-
-def fuzzy_cmeans(features, n_clusters, *, m=2.0, max_iter=300, tol=1e-6, random_state=None):
-    """Fuzzy c-means (Bezdek 1981) in numpy.
-
-    Alternates ``v_c = sum_i u_ic^m x_i / sum_i u_ic^m`` and
-    ``u_ic = d_ic^(-2/(m-1)) / sum_l d_il^(-2/(m-1))`` (``d_ic`` Euclidean
-    distance) from random Dirichlet memberships until the largest membership
-    change is below ``tol``.  A point sitting on a centre gets membership 1 there.
-
-    Parameters
-    ----------
-    features : array-like of shape (n_samples, n_features)
-    n_clusters : int
-    m : float > 1, default 2.0
-        Fuzzifier.
-    max_iter : int, default 300
-    tol : float, default 1e-6
-    random_state : int, RandomState or None
-
-    Returns
-    -------
-    labels : ndarray of int64, shape (n_samples,)
-        Hard labels, ``argmax`` of the memberships.
-    memberships : ndarray of float64, shape (n_samples, n_clusters)
-        Rows sum to one.
-    centers : ndarray of float64, shape (n_clusters, n_features)
-    """
-    X = _check_features(features)
-    k = _check_int(n_clusters, "n_clusters")
-    if k > X.shape[0]:
-        raise ValueError(f"n_clusters={k} exceeds the number of samples ({X.shape[0]})")
-    if isinstance(m, bool) or not isinstance(m, numbers.Real) or not m > 1:
-        raise ValueError(f"fuzzifier m must be > 1; got {m!r}")
-    max_iter = _check_int(max_iter, "max_iter")
-    rng = check_random_state(random_state)
-    U = rng.dirichlet(np.ones(k), size=X.shape[0])
-    expo = 2.0 / (float(m) - 1.0)
-    for _ in range(max_iter):
-        W = U ** m
-        centers = (W.T @ X) / W.sum(axis=0)[:, None]
-        d2 = ((X[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2)
-        zero = d2 <= 1e-300
-        with np.errstate(divide="ignore"):
-            inv = np.where(zero, 0.0, d2 ** (-expo / 2.0))
-        hit = zero.any(axis=1)
-        inv[hit] = zero[hit].astype(np.float64)  # on a centre: all membership there
-        U_new = inv / inv.sum(axis=1, keepdims=True)
-        delta = np.abs(U_new - U).max()
-        U = U_new
-        if delta < tol:
-            break
-    W = U ** m
-    centers = (W.T @ X) / W.sum(axis=0)[:, None]
-    return U.argmax(axis=1).astype(np.int64), U, centers
-
-
-def _affinity_propagation(F, k, seed, max_steps=12):
-    """Affinity propagation whose preference is bisected to approach ``k`` clusters.
-
-    Affinity propagation does not take a number of clusters; it takes a
-    preference (self-similarity), and the number of exemplars grows with it.
-    With similarities ``s_ij = -||x_i - x_j||^2`` we bisect the preference
-    between ``2 * min(s)`` and ``0`` (at most ``max_steps`` fits, stopping as soon
-    as exactly ``k`` clusters appear) and keep the converged result whose number
-    of clusters is closest to ``k``.  If no fit converges, k-means is used
-    instead for this partition (with a RuntimeWarning).
-    """
-    from sklearn.cluster import AffinityPropagation
-    from sklearn.metrics import pairwise_distances
-
-    S = -pairwise_distances(F, metric="sqeuclidean")
-    lo, hi = 2.0 * S.min(), 0.0
-    best = None
-    for _ in range(max_steps):
-        pref = 0.5 * (lo + hi)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ap = AffinityPropagation(
-                affinity="precomputed",
-                preference=pref,
-                damping=0.9,
-                max_iter=400,
-                convergence_iter=15,
-                random_state=seed,
-            ).fit(S)
-        lab = ap.labels_
-        got = len(ap.cluster_centers_indices_)
-        if got > 0 and (lab >= 0).all():
-            if best is None or abs(got - k) < abs(best[0] - k):
-                best = (got, lab)
-            if got == k:
+def _labels_to_int(A: np.ndarray) -> np.ndarray:
+    """Validate a 2-D label array and return int64 labels with -1 for missing."""
+    if A.dtype == object:
+        A = _object_to_float(A)
+    if A.dtype.kind in "US":
+        # name the first entry that is not even an integer written as text
+        where = (0, 0)
+        for (i, j), v in np.ndenumerate(A):
+            try:
+                int(v)
+            except ValueError:
+                where = (i, j)
                 break
-        if got > k:
-            hi = pref
-        else:  # too few clusters or not converged: raise the preference
-            lo = pref
-    if best is None:
-        warnings.warn(
-            "affinity propagation did not converge; using k-means for this partition",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return _kmeans(F, k, seed, 1)
-    return best[1]
-
-
-def _run_algorithm(name, F, k, seed):
-    if name == "kmeans":
-        return _kmeans(F, k, seed, 1)
-    if name == "fuzzy_cmeans":
-        return fuzzy_cmeans(F, k, random_state=seed)[0]
-    if name in ("single", "average", "ward"):
-        from sklearn.cluster import AgglomerativeClustering
-
-        return AgglomerativeClustering(n_clusters=k, linkage=name).fit_predict(F)
-    if name == "spectral":
-        from sklearn.cluster import SpectralClustering
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "graph is not fully connected"
-            return SpectralClustering(
-                n_clusters=k,
-                affinity="nearest_neighbors",
-                n_neighbors=min(10, F.shape[0] - 1),
-                assign_labels="kmeans",
-                random_state=seed,
-            ).fit_predict(F)
-    if name == "affinity_propagation":
-        return _affinity_propagation(F, k, seed)
-    raise ValueError(f"unknown algorithm {name!r}; choose from {ALGORITHMS}")  # pragma: no cover
-
-
-def mixed_partitions(
-    features,
-    n_partitions,
-    n_clusters,
-    algorithms=ALGORITHMS,
-    subsample=None,
-    random_state=None,
-    progress=False,
-):
-    """Base clusterings from several algorithms, cycled in the given order.
-
-    Partition ``j`` uses ``algorithms[j % len(algorithms)]`` with ``k_j`` drawn
-    from ``n_clusters`` (int or inclusive range):
-
-    * ``"kmeans"``: scikit-learn KMeans, random initialisation, one run;
-    * ``"fuzzy_cmeans"``: :func:`fuzzy_cmeans` (m=2), hard label = argmax membership;
-    * ``"single"``, ``"average"``, ``"ward"``: scikit-learn AgglomerativeClustering
-      (deterministic: they differ between partitions only through k and subsample);
-    * ``"spectral"``: scikit-learn SpectralClustering on a 10-nearest-neighbour graph;
-    * ``"affinity_propagation"``: cannot be told k; its preference is bisected to
-      approach ``k_j`` and the closest converged result is kept, so this column
-      may have a number of clusters other than ``k_j``.
-
-    Agglomerative, spectral and affinity propagation need O(N^2) memory and time;
-    use them for N up to a few thousand (or with ``subsample``).
-
-    Returns
-    -------
-    labels : ndarray of int64, shape (n_samples, n_partitions)
-    """
-    X = _check_features(features)
-    M = _check_int(n_partitions, "n_partitions")
-    if isinstance(algorithms, str):
-        algorithms = (algorithms,)
-    algorithms = tuple(algorithms)
-    if not algorithms:
-        raise ValueError("algorithms is empty")
-    unknown = [a for a in algorithms if a not in ALGORITHMS]
-    if unknown:
-        raise ValueError(f"unknown algorithm(s) {unknown}; choose from {list(ALGORITHMS)}")
-    n = X.shape[0]
-    m = _check_subsample(subsample, n)
-    lo, hi = _check_k_range(n_clusters, m)
-    rng = check_random_state(random_state)
-    labels = np.full((n, M), -1, dtype=np.int64)
-    for j in _progress(range(M), progress, "mixed partitions"):
-        k = _draw_k(rng, lo, hi)
-        seed = int(rng.randint(0, 2**31 - 1))
-        rows = np.arange(n) if m == n else np.sort(rng.choice(n, size=m, replace=False))
-        labels[rows, j] = _recode(_run_algorithm(algorithms[j % len(algorithms)], X[rows], k, seed))
-    if m < n:
-        _cover_unlabelled(labels, [X] * M, rng)
-    return labels
-
-
-def drop_labels(X, fraction, random_state=None):
-    """Set a fraction of the observed labels to ``-1`` (missing).
-
-    ``round(fraction * n_observed)`` observed entries are removed while every row
-    and every column keeps at least one label.  A "keep" set is fixed first --
-    each row keeps one label, with the rows' kept columns spread over all columns
-    so that for complete input exactly ``max(N, M)`` entries are reserved -- then
-    the entries to drop are drawn uniformly from the rest.
-
-    Parameters
-    ----------
-    X : array-like of shape (n_samples, n_partitions)
-        Labels; -1 / NaN / None already missing.
-    fraction : float in [0, 1)
-        Fraction of the observed entries to drop.
-    random_state : int, RandomState or None
-
-    Returns
-    -------
-    ndarray of int64, shape (n_samples, n_partitions)
-        A copy with the dropped entries set to -1 (other labels unchanged).
-
-    Raises
-    ------
-    ValueError
-        If the request would empty a row or a column (e.g. any positive fraction
-        with a single base clustering), with the largest feasible fraction.
-    """
-    A = _to_numpy(X)
-    if A.ndim != 2:
-        raise ValueError(f"X must be 2-D of shape (n_samples, n_partitions); got shape {A.shape}")
-    if A.size == 0:
-        raise ValueError(f"X is empty: shape {A.shape}")
-    L = _labels_to_int(A).copy()
-    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
-        raise TypeError(f"fraction must be a real number in [0, 1); got {fraction!r}")
-    if not 0.0 <= float(fraction) < 1.0:
-        raise ValueError(f"fraction must lie in [0, 1); got {fraction!r}")
-    rng = check_random_state(random_state)
-    obs = L >= 0
-    N, M = L.shape
-    if not obs.any(axis=1).all() or not obs.any(axis=0).all():
-        raise ValueError("X already has a row or column without any label")
-    n_obs = int(obs.sum())
-    n_drop = int(round(float(fraction) * n_obs))
-    if n_drop == 0:
-        return L
-    # keep set: row i keeps a target column; targets cycle over a permutation of
-    # the columns so that all columns are covered when N >= M
-    keep = np.zeros_like(obs)
-    order = rng.permutation(N)
-    col_perm = rng.permutation(M)
-    target = np.empty(N, dtype=np.int64)
-    target[order] = col_perm[np.arange(N) % M]
-    ok = obs[np.arange(N), target]
-    if not ok.all():  # incomplete input: any observed column of that row
-        bad = np.flatnonzero(~ok)
-        noise = rng.random_sample((bad.size, M)) * obs[bad]
-        target[bad] = noise.argmax(axis=1)
-    keep[np.arange(N), target] = True
-    for j in np.flatnonzero(~keep.any(axis=0)):
-        rows = np.flatnonzero(obs[:, j])
-        keep[rows[rng.randint(rows.size)], j] = True
-    candidates = np.flatnonzero((obs & ~keep).ravel())
-    if n_drop > candidates.size:
+        i, j = where
         raise ValueError(
-            f"cannot drop {n_drop} of {n_obs} labels ({fraction:.0%}) without emptying a row "
-            f"or column of a {N}x{M} ensemble; at most {candidates.size} "
-            f"({candidates.size / n_obs:.1%}) can be dropped"
+            f"labels are strings (dtype {A.dtype}): label at row {i}, column {j} is "
+            f"{str(A[i, j])!r}; labels must be integers (missing: -1 or NaN)"
         )
-    drop = rng.choice(candidates, size=n_drop, replace=False)
-    L.ravel()[drop] = -1
+    if A.dtype.kind == "b":
+        return A.astype(np.int64)
+    if A.dtype.kind in "iu":
+        L = A.astype(np.int64)
+    elif A.dtype.kind == "f":
+        finite = np.isfinite(A)
+        inf = np.isinf(A)
+        if inf.any():
+            i, j = np.argwhere(inf)[0]
+            raise ValueError(f"label at row {i}, column {j} is infinite")
+        frac = finite & (A != np.round(A))
+        if frac.any():
+            i, j = np.argwhere(frac)[0]
+            raise ValueError(
+                f"label at row {i}, column {j} is {float(A[i, j])!r}, not an integer; "
+                "labels must be integer-valued (missing: -1 or NaN)"
+            )
+        L = np.where(finite, A, -1).astype(np.int64)
+    else:
+        what = "Complex data not supported: " if A.dtype.kind == "c" else ""
+        raise ValueError(f"{what}labels must be integers; got dtype {A.dtype}")
+    bad = L < -1
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise ValueError(
+            f"label at row {i}, column {j} is {L[i, j]}; negative labels are not allowed "
+            "except -1, which marks a missing label"
+        )
     return L
+
+
+@dataclass(frozen=True, eq=False)
+class Ensemble:
+    """A validated ensemble of base clusterings.
+
+    Build one with :meth:`from_labels`; do not call the constructor directly.
+
+    Attributes
+    ----------
+    codes : ndarray of int64, shape (n_samples, n_partitions)
+        Label of point ``i`` in base clustering ``j``, re-coded to
+        ``0..n_labels[j]-1``; ``-1`` where missing.  Stored column-major
+        (Fortran order) so that each base clustering is contiguous over N.
+    n_labels : ndarray of int64, shape (n_partitions,)
+        Number of distinct labels ``k_j`` of each base clustering.
+    categories : tuple of ndarray
+        ``categories[j][r]`` is the original label that code ``r`` of column
+        ``j`` stands for.
+    """
+
+    codes: np.ndarray
+    n_labels: np.ndarray
+    categories: tuple = field(repr=False)
+
+    # -- construction -------------------------------------------------------
+    @classmethod
+    def from_labels(cls, X, *, allow_missing_rows: bool = False) -> Ensemble:
+        """Validate and re-code a label matrix.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_partitions)
+            numpy array, torch tensor, pandas DataFrame or nested list of integer
+            labels.  ``-1``, NaN, None or ``pandas.NA`` mark a missing label.
+        allow_missing_rows : bool, default False
+            Accept rows whose labels are all missing (used when folding in new
+            rows; never for fitting).
+
+        Raises
+        ------
+        ValueError
+            Wrong rank, empty input, non-integer or string labels, negative
+            labels other than -1, an all-missing row or column; the message
+            names the offending row or column.
+        """
+        if isinstance(X, Ensemble):
+            return X
+        A = _to_numpy(X)
+        if A.ndim != 2:
+            hint = (
+                " (Reshape your data with X.reshape(-1, 1) if it holds a single base clustering)"
+                if A.ndim == 1
+                else ""
+            )
+            raise ValueError(
+                f"labels must be 2-D of shape (n_samples, n_partitions); got {A.ndim}-D "
+                f"with shape {A.shape}{hint}"
+            )
+        if A.shape[0] == 0 or A.shape[1] == 0:
+            what = (
+                f"0 sample(s) (shape={A.shape}) while a minimum of 1 is required"
+                if A.shape[0] == 0
+                else f"0 feature(s) (shape={A.shape}) while a minimum of 1 is required"
+            )
+            raise ValueError(
+                f"labels are empty: {what}; need at least one sample and one base clustering"
+            )
+        L = _labels_to_int(A)
+        observed = L >= 0
+        empty_cols = np.flatnonzero(~observed.any(axis=0))
+        if empty_cols.size:
+            raise ValueError(
+                f"base clustering (column) {empty_cols[0]} has no observed label "
+                f"({empty_cols.size} such column(s)); remove it"
+            )
+        if not allow_missing_rows:
+            empty_rows = np.flatnonzero(~observed.any(axis=1))
+            if empty_rows.size:
+                raise ValueError(
+                    f"row {empty_rows[0]} has no observed label in any base clustering "
+                    f"({empty_rows.size} such row(s)); remove it or give it a label"
+                )
+        N, M = L.shape
+        codes = np.full((N, M), MISSING, dtype=np.int64, order="F")
+        cats = []
+        n_labels = np.empty(M, dtype=np.int64)
+        for j in range(M):
+            col = L[:, j]
+            obs = col >= 0
+            uniq, inv = np.unique(col[obs], return_inverse=True)
+            codes[obs, j] = inv
+            cats.append(uniq)
+            n_labels[j] = uniq.size
+        return cls(codes=codes, n_labels=n_labels, categories=tuple(cats))
+
+    def encode(self, X, *, unknown: str = "error") -> Ensemble:
+        """Re-code new rows with this ensemble's per-column label coding.
+
+        Used to fold in rows not seen in ``fit``.  ``unknown="error"`` raises on a
+        label never seen in that column; ``unknown="missing"`` treats it as missing.
+        Rows whose labels are all missing are allowed here.
+        """
+        if unknown not in ("error", "missing"):
+            raise ValueError(f"unknown must be 'error' or 'missing'; got {unknown!r}")
+        if isinstance(X, Ensemble):
+            if X is self:
+                return self
+            X = X.decode()
+        A = _to_numpy(X)
+        if A.ndim != 2:
+            hint = " (Reshape your data with X.reshape(1, -1) for one row)" if A.ndim == 1 else ""
+            raise ValueError(f"labels must be 2-D; got {A.ndim}-D with shape {A.shape}{hint}")
+        if A.shape[1] != self.n_partitions:
+            raise ValueError(
+                f"X has {A.shape[1]} base clusterings (columns); the fitted ensemble has "
+                f"{self.n_partitions}"
+            )
+        if A.shape[0] == 0:
+            raise ValueError("X has no rows")
+        L = _labels_to_int(A)
+        codes = np.full(L.shape, MISSING, dtype=np.int64, order="F")
+        for j in range(self.n_partitions):
+            col = L[:, j]
+            obs = np.flatnonzero(col >= 0)
+            cats = self.categories[j]
+            pos = np.searchsorted(cats, col[obs])
+            pos_c = np.minimum(pos, cats.size - 1)
+            hit = cats[pos_c] == col[obs]
+            if not hit.all():
+                if unknown == "error":
+                    i = obs[np.flatnonzero(~hit)[0]]
+                    raise ValueError(
+                        f"label {col[i]} at row {i}, column {j} was not seen in this column "
+                        "during fit (pass unknown='missing' to treat it as missing)"
+                    )
+            codes[obs[hit], j] = pos_c[hit]
+        return Ensemble(codes=codes, n_labels=self.n_labels.copy(), categories=self.categories)
+
+    def decode(self) -> np.ndarray:
+        """The labels in their original values (int64, -1 missing)."""
+        out = np.full(self.codes.shape, MISSING, dtype=np.int64)
+        for j, cats in enumerate(self.categories):
+            obs = self.codes[:, j] >= 0
+            out[obs, j] = cats[self.codes[obs, j]]
+        return out
+
+    # -- shape and masks ------------------------------------------------------
+    @property
+    def n_samples(self) -> int:
+        """Number of points N (rows)."""
+        return int(self.codes.shape[0])
+
+    @property
+    def n_partitions(self) -> int:
+        """Number of base clusterings M (columns)."""
+        return int(self.codes.shape[1])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(n_samples, n_partitions)``."""
+        return self.codes.shape
+
+    def __len__(self) -> int:
+        return self.n_samples
+
+    def __repr__(self) -> str:
+        miss = 1.0 - self.mask.mean()
+        return (
+            f"Ensemble(n_samples={self.n_samples}, n_partitions={self.n_partitions}, "
+            f"n_labels={self.n_labels.tolist() if self.n_partitions <= 12 else '...'}, "
+            f"missing={miss:.1%})"
+        )
+
+    @property
+    def mask(self) -> np.ndarray:
+        """Boolean (n_samples, n_partitions): True where the label is observed."""
+        return self.codes >= 0
+
+    @property
+    def n_observed(self) -> int:
+        """Number of observed labels (the denominator of perplexity)."""
+        return int(np.count_nonzero(self.codes >= 0))
+
+    @property
+    def has_missing(self) -> bool:
+        """True if any label is missing."""
+        return bool((self.codes < 0).any())
+
+    def subset(self, rows) -> Ensemble:
+        """The ensemble restricted to ``rows`` (indices or boolean mask), same coding."""
+        codes = np.asfortranarray(self.codes[rows])
+        return Ensemble(codes=codes, n_labels=self.n_labels.copy(), categories=self.categories)
+
+    # -- one-hot / offset-index representation -------------------------------
+    @property
+    def offsets(self) -> np.ndarray:
+        """Start of each column's block in the concatenated one-hot vocabulary, (M+1,)."""
+        return np.concatenate([[0], np.cumsum(self.n_labels)]).astype(np.int64)
+
+    @property
+    def n_total_labels(self) -> int:
+        """Size of the concatenated one-hot vocabulary, ``sum_j k_j``."""
+        return int(self.n_labels.sum())
+
+    def offset_index(self) -> np.ndarray:
+        """``(n_samples, n_partitions)`` global one-hot index, ``-1`` where missing.
+
+        This is the KCC paper's ``binIDX``: O(N*M) memory instead of the
+        ``N x sum_j k_j`` binary matrix.
+        """
+        idx = self.codes + self.offsets[:-1][None, :]
+        return np.where(self.codes >= 0, idx, MISSING)
+
+    def onehot(self, dtype=np.float64) -> sp.csr_matrix:
+        """Sparse ``(n_samples, sum_j k_j)`` one-hot matrix of the observed labels."""
+        idx = self.offset_index()
+        rows, cols = np.nonzero(idx >= 0)
+        data = np.ones(rows.size, dtype=dtype)
+        return sp.csr_matrix(
+            (data, (rows, idx[rows, cols])), shape=(self.n_samples, self.n_total_labels)
+        )
+
+    # -- co-association -------------------------------------------------------
+    def coassociation(self, pairs=None, *, weights=None):
+        """Co-association counts ``c`` and co-occurrence counts ``n``.
+
+        ``c_ij`` counts the base clusterings that put i and j in the same cluster;
+        ``n_ij`` counts those that label both (``n_ij = M`` for complete
+        ensembles).  With ``weights`` (shape (M,)) each base clustering counts
+        with its weight instead of 1.
+
+        Parameters
+        ----------
+        pairs : None or array-like of int, shape (n_pairs, 2)
+            None: dense ``(N, N)`` arrays (only for N <= DENSE_COASSOCIATION_LIMIT).
+            Otherwise the counts for these pairs only, computed one base
+            clustering at a time in O(n_pairs * M) time and O(n_pairs) memory.
+
+        Returns
+        -------
+        c, n : ndarray
+            Shape (N, N) each when ``pairs`` is None, else (n_pairs,) each;
+            int64 without weights, float64 with.
+        """
+        w = None
+        if weights is not None:
+            w = np.asarray(weights, dtype=np.float64)
+            if w.shape != (self.n_partitions,):
+                raise ValueError(
+                    f"weights must have shape ({self.n_partitions},); got {w.shape}"
+                )
+            if not np.all(np.isfinite(w)) or (w < 0).any():
+                raise ValueError("weights must be finite and non-negative")
+        if pairs is None:
+            return self._coassociation_dense(w)
+        return self._coassociation_pairs(pairs, w)
+
+    def _coassociation_dense(self, w):
+        N = self.n_samples
+        if N > DENSE_COASSOCIATION_LIMIT:
+            raise ValueError(
+                f"dense co-association for N={N} would need {N}x{N} arrays; pass "
+                f"pairs=... (e.g. from sample_pairs) for N > {DENSE_COASSOCIATION_LIMIT}"
+            )
+        B = self.onehot(dtype=np.float64)
+        obs = sp.csr_matrix(self.mask.astype(np.float64))
+        if w is not None:
+            B = B @ sp.diags(np.repeat(w, self.n_labels))
+            c = (B @ self.onehot(dtype=np.float64).T).toarray()
+            n = (obs @ sp.diags(w) @ obs.T).toarray()
+            return c, n
+        c = np.rint((B @ B.T).toarray()).astype(np.int64)
+        n = np.rint((obs @ obs.T).toarray()).astype(np.int64)
+        return c, n
+
+    def _coassociation_pairs(self, pairs, w):
+        P = np.asarray(pairs)
+        if P.ndim != 2 or P.shape[1] != 2:
+            raise ValueError(f"pairs must have shape (n_pairs, 2); got {P.shape}")
+        if P.dtype.kind not in "iu":
+            raise ValueError(f"pairs must be integer indices; got dtype {P.dtype}")
+        if P.size and (P.min() < 0 or P.max() >= self.n_samples):
+            raise ValueError(f"pair indices must lie in [0, {self.n_samples})")
+        a = np.ascontiguousarray(P[:, 0], dtype=np.intp)
+        b = np.ascontiguousarray(P[:, 1], dtype=np.intp)
+        dtype = np.int64 if w is None else np.float64
+        c = np.zeros(a.size, dtype=dtype)
+        n = np.zeros(a.size, dtype=dtype)
+        complete = not self.has_missing
+        for j in range(self.n_partitions):
+            col = self.codes[:, j]  # contiguous: Fortran order
+            ca = col.take(a)
+            cb = col.take(b)
+            same = ca == cb
+            if complete:
+                both = None
+            else:
+                both = (ca >= 0) & (cb >= 0)
+                same &= both
+            if w is None:
+                c += same
+                n += 1 if complete else both
+            else:
+                c += w[j] * same
+                n += w[j] if complete else w[j] * both
+        return c, n
+
+
+def sample_pairs(n_samples: int, n_pairs: int, random_state=None) -> np.ndarray:
+    """Draw ``n_pairs`` distinct unordered pairs ``i < j`` uniformly, without an N x N array.
+
+    Returns int64 array of shape (n_pairs, 2), sorted lexicographically.
+    """
+    from sklearn.utils import check_random_state
+
+    total = n_samples * (n_samples - 1) // 2
+    if n_pairs > total:
+        raise ValueError(f"asked for {n_pairs} pairs; only {total} exist for N={n_samples}")
+    rng = check_random_state(random_state)
+    chosen = np.empty(0, dtype=np.int64)
+    while chosen.size < n_pairs:
+        need = n_pairs - chosen.size
+        draw = rng.randint(0, total, size=int(need * 1.1) + 16, dtype=np.int64)
+        merged = np.sort(np.concatenate([chosen, draw]))
+        # sorted distinct values (same result as np.unique, several times faster here)
+        keep = np.empty(merged.size, dtype=bool)
+        keep[:1] = True
+        np.not_equal(merged[1:], merged[:-1], out=keep[1:])
+        chosen = merged[keep]
+    chosen = rng.permutation(chosen)[:n_pairs]
+    chosen.sort()
+    # invert the linear index k -> (i, j), i < j, rows of the strict upper triangle
+    n = n_samples
+    i = (n - 2 - np.floor(np.sqrt(-8.0 * chosen + 4.0 * n * (n - 1) - 7) / 2.0 - 0.5)).astype(
+        np.int64
+    )
+    start = i * (2 * n - i - 1) // 2
+    # guard against floating rounding at the boundaries
+    over = chosen < start
+    while over.any():
+        i[over] -= 1
+        start = i * (2 * n - i - 1) // 2
+        over = chosen < start
+    under = chosen >= start + (n - 1 - i)
+    while under.any():
+        i[under] += 1
+        start = i * (2 * n - i - 1) // 2
+        under = chosen >= start + (n - 1 - i)
+    j = chosen - start + i + 1
+    return np.stack([i, j], axis=1)
+
+
+def as_ensemble(X) -> Ensemble:
+    """Return ``X`` if it is an :class:`Ensemble`, else ``Ensemble.from_labels(X)``."""
+    return X if isinstance(X, Ensemble) else Ensemble.from_labels(X)
+

@@ -29,7 +29,7 @@ import time
 import numpy as np
 import torch
 
-from consensuskit.data import Ensemble
+from consensuskit.ensemble import Ensemble
 from consensuskit.inference import bce_cavi as cavi
 
 

@@ -33,7 +33,7 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
-from consensuskit.data import Ensemble, sample_pairs
+from consensuskit.ensemble import Ensemble, sample_pairs
 from consensuskit.estimators.pcc import PCC
 from consensuskit.inference.pcc_descent import pairs_objective, pcc_descent_pairs
 

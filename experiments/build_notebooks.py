@@ -82,10 +82,10 @@ K = 3  # number of consensus clusters for the models that need it"""),
 of clusters in 2..6 per base clustering.  The label matrix `X` has one column
 per base clustering; rows are split into training and held-out rows."""),
     ("code", """\
-from consensuskit import datasets, ensemble, metrics
+from consensuskit import datasets, generate, metrics
 
 features, truth = datasets.load("iris")
-X = ensemble.kmeans_partitions(features, N_PARTITIONS, n_clusters=(2, 6), random_state=0)
+X = generate.kmeans_partitions(features, N_PARTITIONS, n_clusters=(2, 6), random_state=0)
 print("label matrix", X.shape, "labels per base clustering", X.max(0) + 1)
 
 rs = np.random.RandomState(0)
@@ -130,7 +130,7 @@ import warnings
 rows = []
 for rep in range(N_REPEATS):
     if rep > 0:  # a fresh ensemble per repetition
-        X = ensemble.kmeans_partitions(features, N_PARTITIONS, n_clusters=(2, 6),
+        X = generate.kmeans_partitions(features, N_PARTITIONS, n_clusters=(2, 6),
                                        random_state=rep)
     X_train, X_test = X[train_rows], X[test_rows]
     y_train = truth[train_rows]
@@ -232,10 +232,10 @@ else:
     ("code", """\
 import arviz as az
 
-from consensuskit import NBCE, datasets, ensemble, metrics
+from consensuskit import NBCE, datasets, generate, metrics
 
 features, truth = datasets.load("iris")
-X = ensemble.kmeans_partitions(features, N_PARTITIONS, n_clusters=(2, 6), random_state=1)
+X = generate.kmeans_partitions(features, N_PARTITIONS, n_clusters=(2, 6), random_state=1)
 nbce = NBCE(truncation=15, prior="tsb", inference="gibbs", n_samples=N_DRAWS,
             burn_in=BURN_IN, n_chains=N_CHAINS, random_state=0).fit(X)
 idata = nbce.inference_data_
@@ -418,7 +418,7 @@ from pyro.distributions import constraints
 from pyro.infer import SVI, TraceEnum_ELBO
 from pyro.ops.indexing import Vindex
 
-from consensuskit import BCE, Ensemble, datasets, ensemble, metrics
+from consensuskit import BCE, Ensemble, datasets, generate, metrics
 from consensuskit.inference import bce_cavi
 from consensuskit.models import bce
 
@@ -441,8 +441,8 @@ good it really is.  A quarter of the rows is held out for the perplexity."""),
 features, truth = datasets.load("wine")
 F = (features - features.mean(0)) / features.std(0)
 rs = np.random.RandomState(0)
-clean = ensemble.random_feature_partitions(F, 6, n_clusters=K, random_state=0)
-corrupted = ensemble.kmeans_partitions(F, len(NOISE), n_clusters=K, random_state=1)
+clean = generate.random_feature_partitions(F, 6, n_clusters=K, random_state=0)
+corrupted = generate.kmeans_partitions(F, len(NOISE), n_clusters=K, random_state=1)
 for j, eta in enumerate(NOISE):
     flip = rs.rand(len(truth)) < eta
     corrupted[flip, j] = rs.randint(0, K, flip.sum())

@@ -7,7 +7,7 @@ import torch
 from pyro.infer import Trace_ELBO, TraceEnum_ELBO, config_enumerate
 from scipy.optimize import linear_sum_assignment
 
-from consensuskit.data import Ensemble
+from consensuskit.ensemble import Ensemble
 from consensuskit.estimators.bce import BCE
 from consensuskit.inference import bce_cavi as cavi
 from consensuskit.models import bce as bce_model

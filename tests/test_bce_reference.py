@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 import torch
 
-from consensuskit.data import Ensemble
+from consensuskit.ensemble import Ensemble
 from consensuskit.inference.bce_cavi import (
     REALMIN,
     beta_statistics,

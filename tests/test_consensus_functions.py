@@ -120,7 +120,7 @@ def test_eac_limit_is_the_shared_constant(rng, monkeypatch):
 def test_eac_distance_matches_coassociation(rng):
     from scipy.spatial.distance import squareform
 
-    from consensuskit.data import Ensemble
+    from consensuskit.ensemble import Ensemble
 
     X, _ = planted(rng, n_per=20, missing=0.3)
     ens = Ensemble.from_labels(X)
@@ -134,7 +134,7 @@ def test_eac_distance_matches_coassociation(rng):
 def test_ward_distance_is_euclidean_in_onehot_space(rng):
     from scipy.spatial.distance import pdist
 
-    from consensuskit.data import Ensemble
+    from consensuskit.ensemble import Ensemble
 
     X, _ = planted(rng, n_per=10)
     ens = Ensemble.from_labels(X)
@@ -144,7 +144,7 @@ def test_ward_distance_is_euclidean_in_onehot_space(rng):
 
 
 def test_qmi_features_are_centred_and_missing_is_zero(rng):
-    from consensuskit.data import Ensemble
+    from consensuskit.ensemble import Ensemble
 
     X, _ = planted(rng, n_per=20, missing=0.3)
     ens = Ensemble.from_labels(X)

@@ -130,7 +130,7 @@ def test_degenerate(name, case):
         assert np.isfinite(ppl) and ppl >= 1.0
         # no worse than labels drawn uniformly within each column (plus slack for
         # the priors / smoothing on these tiny problems)
-        from consensuskit.data import Ensemble
+        from consensuskit.ensemble import Ensemble
 
         e = Ensemble.from_labels(X)
         uniform = np.exp(np.sum(e.mask * np.log(e.n_labels)[None, :]) / e.n_observed)

@@ -1,222 +1,205 @@
-"""Base-clustering generators and drop_labels."""
+"""Ensemble: validation, re-coding, missing values, fold-in coding, co-association."""
 
 import numpy as np
+import pandas as pd
 import pytest
+import torch
+from conftest import random_incomplete_labels
 
-from consensuskit import ensemble
-from consensuskit.data import Ensemble
+from consensuskit.ensemble import DENSE_COASSOCIATION_LIMIT, Ensemble, as_ensemble, sample_pairs
 
-
-@pytest.fixture(scope="module")
-def blobs():
-    rng = np.random.default_rng(0)
-    centers = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
-    X = np.vstack([c + rng.standard_normal((30, 2)) for c in centers])
-    y = np.repeat(np.arange(3), 30)
-    return X, y
-
-
-def _check_matrix(L, n, M):
-    assert L.shape == (n, M) and L.dtype == np.int64
-    assert (L >= -1).all()
-    for j in range(M):
-        obs = L[:, j][L[:, j] >= 0]
-        # labels of each column are 0..k_j-1 without gaps
-        np.testing.assert_array_equal(np.unique(obs), np.arange(obs.max() + 1))
-    Ensemble.from_labels(L)  # no empty row or column
-
-
-def test_kmeans_partitions_k_range_and_determinism(blobs):
-    X, _ = blobs
-    L = ensemble.kmeans_partitions(X, 25, n_clusters=(2, 5), random_state=1)
-    _check_matrix(L, 90, 25)
-    k = L.max(axis=0) + 1
-    assert k.min() >= 2 and k.max() <= 5
-    assert len(set(k.tolist())) >= 3  # k really varies over the range
-    assert (L >= 0).all()  # complete without subsample
-    np.testing.assert_array_equal(L, ensemble.kmeans_partitions(X, 25, (2, 5), random_state=1))
-    assert not np.array_equal(L, ensemble.kmeans_partitions(X, 25, (2, 5), random_state=2))
-
-
-def test_kmeans_partitions_fixed_k_finds_blobs(blobs):
-    from consensuskit.metrics import accuracy
-
-    X, y = blobs
-    L = ensemble.kmeans_partitions(X, 5, n_clusters=3, random_state=0, n_init=3)
-    assert (L.max(axis=0) == 2).all()
-    assert max(accuracy(y, L[:, j]) for j in range(5)) == 1.0
-
-
-def test_kmeans_partitions_subsample_incomplete(blobs):
-    X, _ = blobs
-    L = ensemble.kmeans_partitions(X, 3, n_clusters=3, subsample=0.3, random_state=0)
-    _check_matrix(L, 90, 3)
-    # about 27 of 90 rows per partition, plus rows given a label so none stays empty
-    counts = (L >= 0).sum(axis=0)
-    assert (counts >= 27).all() and counts.sum() <= 90 + 27 * 3
-    assert (L >= 0).any(axis=1).all()
-    assert (L < 0).mean() > 0.3
-
-
-def test_uncovered_rows_get_nearest_neighbour_label():
-    # two far-apart groups; a 1-partition ensemble with subsample leaves rows out,
-    # which must then take the label of their nearest clustered neighbour
-    X = np.vstack([np.zeros((20, 1)), np.full((20, 1), 100.0)])
-    X += np.linspace(0, 1, 40)[:, None]
-    L = ensemble.kmeans_partitions(X, 1, n_clusters=2, subsample=0.5, random_state=0)
-    assert (L >= 0).all()
-    assert len(set(L[:20, 0])) == 1 and len(set(L[20:, 0])) == 1 and L[0, 0] != L[-1, 0]
-
-
-def test_random_feature_partitions(blobs):
-    X, _ = blobs
-    X4 = np.hstack([X, X[:, ::-1]])
-    L = ensemble.random_feature_partitions(X4, 6, n_clusters=(2, 4), n_features=2,
-                                           random_state=0)
-    _check_matrix(L, 90, 6)
-    L2 = ensemble.random_feature_partitions(X4, 6, (2, 4), n_features=0.5, random_state=0)
-    np.testing.assert_array_equal(L, L2)  # 0.5 of 4 features = 2, same draws
-    Ls = ensemble.random_feature_partitions(X4, 4, 3, n_features=1, subsample=0.5,
-                                            random_state=0)
-    _check_matrix(Ls, 90, 4)
-    assert (Ls < 0).any()
-    with pytest.raises(ValueError, match="n_features"):
-        ensemble.random_feature_partitions(X4, 2, 3, n_features=5)
-    with pytest.raises(ValueError, match="n_features"):
-        ensemble.random_feature_partitions(X4, 2, 3, n_features=1.5)
-
-
-def test_random_feature_partitions_use_only_chosen_features():
-    # feature 0 separates two groups, feature 1 is constant: a partition using only
-    # feature 1 cannot separate them (all points identical)
-    X = np.column_stack([np.repeat([0.0, 10.0], 10), np.ones(20)])
-    L = ensemble.random_feature_partitions(X, 12, 2, n_features=1, random_state=0)
-    split = [len(set(L[:10, j])) == 1 and L[0, j] != L[-1, j] for j in range(12)]
-    assert any(split)  # drew feature 0
-    assert not all(split)  # drew feature 1 at least once
-
-
-def test_mixed_partitions_all_algorithms(blobs):
-    from consensuskit.metrics import accuracy
-
-    X, y = blobs
-    algos = ensemble.ALGORITHMS
-    L = ensemble.mixed_partitions(X, len(algos), n_clusters=3, random_state=0)
-    _check_matrix(L, 90, len(algos))
-    for j, name in enumerate(algos):
-        # three well separated blobs: every algorithm finds them
-        assert accuracy(y, L[:, j]) > 0.95, name
-    # affinity propagation was steered to k = 3 by bisection
-    assert L[:, algos.index("affinity_propagation")].max() == 2
-    np.testing.assert_array_equal(L, ensemble.mixed_partitions(X, 7, 3, random_state=0))
-
-
-def test_mixed_partitions_cycle_and_subsample(blobs):
-    X, _ = blobs
-    L = ensemble.mixed_partitions(X, 4, (2, 4), algorithms=("ward", "single"),
-                                  subsample=0.6, random_state=3)
-    _check_matrix(L, 90, 4)
-    assert (L < 0).any()
-    with pytest.raises(ValueError, match="unknown algorithm"):
-        ensemble.mixed_partitions(X, 2, 3, algorithms=("kmeans", "dbscan"))
-    with pytest.raises(ValueError, match="empty"):
-        ensemble.mixed_partitions(X, 2, 3, algorithms=())
-
-
-def test_fuzzy_cmeans(blobs):
-    from consensuskit.metrics import accuracy
-
-    X, y = blobs
-    labels, U, C = ensemble.fuzzy_cmeans(X, 3, random_state=0)
-    assert U.shape == (90, 3) and C.shape == (3, 2)
-    np.testing.assert_allclose(U.sum(axis=1), 1.0)
-    np.testing.assert_array_equal(labels, U.argmax(axis=1))
-    assert accuracy(y, labels) == 1.0
-    # fixed point: memberships recomputed from the returned centres are unchanged
-    d2 = ((X[:, None] - C[None]) ** 2).sum(-1)
-    U2 = (1 / d2) / (1 / d2).sum(axis=1, keepdims=True)
-    np.testing.assert_allclose(U2, U, atol=1e-4)
-    with pytest.raises(ValueError, match="fuzzifier"):
-        ensemble.fuzzy_cmeans(X, 3, m=1.0)
+# -- bad input: each raises ValueError naming the problem --------------------------
 
 
 @pytest.mark.parametrize(
-    "kwargs, err, pattern",
+    "X, pattern",
     [
-        (dict(n_partitions=0, n_clusters=3), ValueError, "n_partitions"),
-        (dict(n_partitions=2.5, n_clusters=3), TypeError, "n_partitions"),
-        (dict(n_partitions=2, n_clusters=(5, 2)), ValueError, "low <= high"),
-        (dict(n_partitions=2, n_clusters=(1, 200)), ValueError, "only 90 rows"),
-        (dict(n_partitions=2, n_clusters="3"), TypeError, "n_clusters"),
-        (dict(n_partitions=2, n_clusters=3, subsample=0.0), ValueError, "subsample"),
-        (dict(n_partitions=2, n_clusters=3, subsample=1.5), ValueError, "subsample"),
+        (np.array([0, 1, 2]), r"2-D.*1-D.*reshape"),
+        (np.zeros((2, 2, 2), dtype=int), r"2-D.*3-D"),
+        (np.zeros((0, 3), dtype=int), r"empty"),
+        (np.zeros((3, 0), dtype=int), r"empty"),
+        ([[0, 1], [-1, -1], [1, 0]], r"row 1 has no observed label"),
+        ([[0, -1], [1, -1], [1, -1]], r"column\) 1 has no observed label"),
+        (np.array([[0.0, 1.0], [1.0, 2.5]]), r"row 1, column 1 is 2.5, not an integer"),
+        ([[0, 1], [1, "a"]], r"row 1, column 1 is 'a'"),
+        (np.array([["a", "b"], ["c", "d"]]), r"strings.*row 0, column 0 is 'a'"),
+        (np.array([[0, 1], [2, "x"]], dtype=object), r"row 1, column 1 is 'x' of type str"),
+        (pd.DataFrame({"a": [0, 1], "b": [1, "y"]}), r"row 1, column 1 is 'y'"),
+        ([[0, 1], [-3, 0]], r"row 1, column 0 is -3; negative labels"),
+        (np.array([[0.0, 1.0], [np.inf, 0.0]]), r"row 1, column 0 is infinite"),
+        (5, r"scalar"),
     ],
 )
-def test_generator_argument_checks(blobs, kwargs, err, pattern):
-    X, _ = blobs
-    with pytest.raises(err, match=pattern):
-        ensemble.kmeans_partitions(X, **kwargs)
+def test_bad_input_raises_naming_the_problem(X, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        Ensemble.from_labels(X)
 
 
-def test_feature_checks():
-    with pytest.raises(ValueError, match="2-D"):
-        ensemble.kmeans_partitions(np.zeros(5), 2, 2)
-    with pytest.raises(ValueError, match=r"row 1, column 0 is not finite"):
-        ensemble.kmeans_partitions([[0.0], [np.nan], [1.0]], 2, 2)
+def test_all_missing_row_allowed_only_on_request():
+    X = [[0, 1], [-1, -1], [1, 0]]
+    ens = Ensemble.from_labels(X, allow_missing_rows=True)
+    assert (ens.codes[1] == -1).all()
 
 
-def test_progress_bar_shows(blobs, capsys):
-    X, _ = blobs
-    ensemble.kmeans_partitions(X, 3, 2, random_state=0, progress=True)
-    assert "k-means partitions" in capsys.readouterr().err
-    ensemble.kmeans_partitions(X, 3, 2, random_state=0)
-    assert capsys.readouterr().err == ""
+# -- re-coding ------------------------------------------------------------------------
 
 
-# -- drop_labels ------------------------------------------------------------------------
+def test_recoding_arbitrary_integers_per_column():
+    X = np.array([[10, 7], [-1, 7], [30, 2], [10, 100]])
+    ens = Ensemble.from_labels(X)
+    # column 0: {10, 30} -> {0, 1}; column 1: {2, 7, 100} -> {0, 1, 2}
+    np.testing.assert_array_equal(ens.codes, [[0, 1], [-1, 1], [1, 0], [0, 2]])
+    np.testing.assert_array_equal(ens.n_labels, [2, 3])
+    assert ens.codes.dtype == np.int64 and ens.codes.flags.f_contiguous
+    np.testing.assert_array_equal(ens.decode(), X)
+    assert ens.n_observed == 7 and ens.has_missing
 
 
-def test_drop_labels_fraction_and_no_empty_rows_or_columns(rng):
-    X = rng.integers(0, 4, size=(100, 6)) + 10
-    D = ensemble.drop_labels(X, 0.3, random_state=0)
-    assert (D < 0).sum() == 180  # round(0.3 * 600)
-    kept = D >= 0
-    np.testing.assert_array_equal(D[kept], X[kept])  # kept labels untouched
-    assert kept.any(axis=1).all() and kept.any(axis=0).all()
-    np.testing.assert_array_equal(D, ensemble.drop_labels(X, 0.3, random_state=0))
-    assert ensemble.drop_labels(X, 0.0).tolist() == X.tolist()
+@pytest.mark.parametrize("missing", [np.nan, None, pd.NA])
+def test_nan_none_pandas_na_are_missing(missing):
+    X = [[0, 5], [missing, 6], [2, missing]]
+    ens = Ensemble.from_labels(X)
+    np.testing.assert_array_equal(ens.mask, [[True, True], [False, True], [True, False]])
 
 
-def test_drop_labels_extreme_but_feasible(rng):
-    # 50 x 4 complete: at most 200 - max(50, 4) = 150 entries can go
-    X = rng.integers(0, 3, size=(50, 4))
-    D = ensemble.drop_labels(X, 0.75, random_state=1)
-    assert (D < 0).sum() == 150
-    assert ((D >= 0).sum(axis=1) == 1).all() and (D >= 0).any(axis=0).all()
-    with pytest.raises(ValueError, match="at most 150"):
-        ensemble.drop_labels(X, 0.8, random_state=1)
+def test_pandas_nullable_int_frame():
+    df = pd.DataFrame({"a": pd.array([1, None, 3], dtype="Int64"), "b": [0, 0, 1]})
+    ens = Ensemble.from_labels(df)
+    np.testing.assert_array_equal(ens.codes, [[0, 0], [-1, 0], [1, 1]])
 
 
-def test_drop_labels_more_columns_than_rows():
-    X = np.arange(12).reshape(2, 6)  # N=2 < M=6: each column must keep its entry
-    D = ensemble.drop_labels(X, 0.5, random_state=0)
-    assert (D >= 0).any(axis=0).all() and (D >= 0).any(axis=1).all()
-    assert (D < 0).sum() == 6
+def test_torch_pandas_list_numpy_agree():
+    X = np.array([[3, 1], [3, 0], [4, 1]])
+    ref = Ensemble.from_labels(X).codes
+    for variant in (torch.tensor(X), pd.DataFrame(X), X.tolist(), X.astype(float)):
+        np.testing.assert_array_equal(Ensemble.from_labels(variant).codes, ref)
+    assert as_ensemble(X).n_samples == 3
+    ens = Ensemble.from_labels(X)
+    assert as_ensemble(ens) is ens
 
 
-def test_drop_labels_on_incomplete_input(incomplete_labels):
-    n_obs = (incomplete_labels >= 0).sum()
-    D = ensemble.drop_labels(incomplete_labels, 0.25, random_state=0)
-    assert (D < 0).sum() == (incomplete_labels < 0).sum() + round(0.25 * n_obs)
-    Ensemble.from_labels(D)
+# -- fold-in coding and subsets -------------------------------------------------------
 
 
-def test_drop_labels_impossible_and_bad_input():
-    with pytest.raises(ValueError, match="without emptying a row or column"):
-        ensemble.drop_labels(np.arange(10).reshape(10, 1), 0.1)
-    with pytest.raises(ValueError, match=r"\[0, 1\)"):
-        ensemble.drop_labels(np.zeros((3, 3), dtype=int), 1.0)
-    with pytest.raises(ValueError, match="2-D"):
-        ensemble.drop_labels(np.zeros(3, dtype=int), 0.1)
-    with pytest.raises(ValueError, match="not an integer"):
-        ensemble.drop_labels(np.array([[0.5, 1.0]]), 0.1)
+def test_encode_new_rows_uses_fit_coding():
+    ens = Ensemble.from_labels([[10, 7], [30, 2], [10, 100]])
+    new = ens.encode([[30, 100], [-1, 2]])
+    np.testing.assert_array_equal(new.codes, [[1, 2], [-1, 0]])
+    np.testing.assert_array_equal(new.n_labels, ens.n_labels)
+
+
+def test_encode_unknown_label_error_or_missing():
+    ens = Ensemble.from_labels([[10, 7], [30, 2]])
+    with pytest.raises(ValueError, match=r"label 99 at row 0, column 1 was not seen"):
+        ens.encode([[10, 99]])
+    got = ens.encode([[10, 99], [5, 2]], unknown="missing")
+    np.testing.assert_array_equal(got.codes, [[0, -1], [-1, 0]])
+    with pytest.raises(ValueError, match="columns"):
+        ens.encode([[1, 2, 3]])
+    with pytest.raises(ValueError, match="unknown must be"):
+        ens.encode([[10, 7]], unknown="skip")
+
+
+def test_subset_keeps_coding():
+    ens = Ensemble.from_labels([[10, 7], [30, 2], [10, 100]])
+    sub = ens.subset([2, 0])
+    np.testing.assert_array_equal(sub.codes, [[0, 2], [0, 1]])
+    np.testing.assert_array_equal(sub.n_labels, ens.n_labels)
+    sub2 = ens.subset(np.array([True, False, True]))
+    assert sub2.n_samples == 2
+
+
+def test_offset_index_and_onehot():
+    ens = Ensemble.from_labels([[0, 1], [1, -1], [0, 0]])
+    # offsets: column 0 has 2 labels, so column 1 starts at 2
+    np.testing.assert_array_equal(ens.offsets, [0, 2, 4])
+    np.testing.assert_array_equal(ens.offset_index(), [[0, 3], [1, -1], [0, 2]])
+    B = ens.onehot().toarray()
+    np.testing.assert_array_equal(B, [[1, 0, 0, 1], [0, 1, 0, 0], [1, 0, 1, 0]])
+
+
+# -- co-association -------------------------------------------------------------------
+
+
+def _coassoc_bruteforce(codes, w=None):
+    N, M = codes.shape
+    w = np.ones(M) if w is None else w
+    c = np.zeros((N, N))
+    n = np.zeros((N, N))
+    for j in range(M):
+        a = codes[:, j]
+        both = (a[:, None] >= 0) & (a[None, :] >= 0)
+        n += w[j] * both
+        c += w[j] * (both & (a[:, None] == a[None, :]))
+    return c, n
+
+
+def test_coassociation_dense_matches_bruteforce(incomplete_labels):
+    ens = Ensemble.from_labels(incomplete_labels)
+    c, n = ens.coassociation()
+    cb, nb = _coassoc_bruteforce(ens.codes)
+    np.testing.assert_array_equal(c, cb)
+    np.testing.assert_array_equal(n, nb)
+    assert c.dtype == np.int64
+    assert (np.diag(n) == ens.mask.sum(axis=1)).all()
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("weighted", [False, True])
+def test_coassociation_dense_and_pairs_agree(seed, weighted):
+    rng = np.random.default_rng(seed)
+    X = random_incomplete_labels(rng, n=60, m=7, k=(2, 6), missing=0.3)
+    ens = Ensemble.from_labels(X)
+    w = rng.random(7) if weighted else None
+    c, n = ens.coassociation(weights=w)
+    pairs = sample_pairs(60, 500, random_state=seed)
+    cp, np_ = ens.coassociation(pairs, weights=w)
+    np.testing.assert_allclose(cp, c[pairs[:, 0], pairs[:, 1]], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np_, n[pairs[:, 0], pairs[:, 1]], rtol=0, atol=1e-12)
+    if weighted:
+        cb, nb = _coassoc_bruteforce(ens.codes, w)
+        np.testing.assert_allclose(c, cb, atol=1e-12)
+        np.testing.assert_allclose(n, nb, atol=1e-12)
+
+
+def test_coassociation_pairs_complete_ensemble():
+    rng = np.random.default_rng(3)
+    X = rng.integers(0, 4, size=(50, 5))
+    ens = Ensemble.from_labels(X)
+    c, n = ens.coassociation()
+    pairs = sample_pairs(50, 300, random_state=1)
+    cp, np_ = ens.coassociation(pairs)
+    np.testing.assert_array_equal(cp, c[pairs[:, 0], pairs[:, 1]])
+    assert (np_ == 5).all()
+
+
+def test_coassociation_input_checks():
+    ens = Ensemble.from_labels([[0, 1], [1, 0], [0, 0]])
+    with pytest.raises(ValueError, match="weights must have shape"):
+        ens.coassociation(weights=[1.0])
+    with pytest.raises(ValueError, match="non-negative"):
+        ens.coassociation(weights=[1.0, -1.0])
+    with pytest.raises(ValueError, match=r"shape \(n_pairs, 2\)"):
+        ens.coassociation(np.array([0, 1]))
+    with pytest.raises(ValueError, match="lie in"):
+        ens.coassociation(np.array([[0, 3]]))
+    big = Ensemble.from_labels(np.zeros((DENSE_COASSOCIATION_LIMIT + 1, 1), dtype=int))
+    with pytest.raises(ValueError, match="pairs="):
+        big.coassociation()
+
+
+@pytest.mark.parametrize("n, n_pairs", [(2, 1), (10, 45), (1000, 5000), (200_000, 20_000)])
+def test_sample_pairs_distinct_and_in_range(n, n_pairs):
+    P = sample_pairs(n, n_pairs, random_state=0)
+    assert P.shape == (n_pairs, 2) and P.dtype == np.int64
+    assert (P[:, 0] >= 0).all() and (P[:, 1] < n).all() and (P[:, 0] < P[:, 1]).all()
+    assert np.unique(P[:, 0] * n + P[:, 1]).size == n_pairs
+    np.testing.assert_array_equal(P, sample_pairs(n, n_pairs, random_state=0))
+
+
+def test_sample_pairs_covers_all_pairs_and_rejects_too_many():
+    P = sample_pairs(10, 45, random_state=1)  # every pair of 10 points
+    expected = np.array([(i, j) for i in range(10) for j in range(i + 1, 10)])
+    np.testing.assert_array_equal(P, expected)
+    with pytest.raises(ValueError, match="only 45 exist"):
+        sample_pairs(10, 46)

@@ -9,7 +9,7 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import load_iris
 from sklearn.metrics.cluster import contingency_matrix
 
-from consensuskit.data import Ensemble
+from consensuskit.ensemble import Ensemble
 from consensuskit.estimators.bce import BCE
 from consensuskit.estimators.gbce import GBCE
 from consensuskit.inference import bce_cavi, gbce_cavi

@@ -9,7 +9,7 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.exceptions import NotFittedError
 from sklearn.metrics import adjusted_rand_score
 
-from consensuskit.data import Ensemble
+from consensuskit.ensemble import Ensemble
 from consensuskit.estimators.mm import MM
 from consensuskit.inference import mm_em
 from consensuskit.models import mm as mm_model

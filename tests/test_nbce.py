@@ -10,7 +10,7 @@ import torch
 from pyro import poutine
 from scipy import stats
 
-from consensuskit.data import Ensemble
+from consensuskit.ensemble import Ensemble
 from consensuskit.estimators.nbce import NBCE
 from consensuskit.inference.nbce_cvb import cvb_approx_bound, cvb_expected_counts, cvb_nbce
 from consensuskit.inference.nbce_gibbs import (

@@ -9,7 +9,7 @@ from scipy.special import gammaln
 from sklearn.base import clone
 from sklearn.metrics import adjusted_rand_score
 
-from consensuskit.data import Ensemble, sample_pairs
+from consensuskit.ensemble import Ensemble, sample_pairs
 from consensuskit.estimators.pcc import PCC
 from consensuskit.inference.pcc_descent import (
     dense_objective,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ConsensusEstimator, check_n_clusters
-from ..data import DENSE_COASSOCIATION_LIMIT, Ensemble
+from ..ensemble import DENSE_COASSOCIATION_LIMIT, Ensemble
 
 __all__ = ["EAC"]
 

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
 from ..base import ConsensusEstimator, check_n_clusters, check_positive_int
-from ..data import DENSE_COASSOCIATION_LIMIT, Ensemble
+from ..ensemble import DENSE_COASSOCIATION_LIMIT, Ensemble
 
 __all__ = ["CSPA", "HGPA", "MCLA", "HBGF", "metis_partition"]
 

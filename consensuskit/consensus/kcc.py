@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from ..base import ConsensusEstimator, check_n_clusters, check_positive_float, check_positive_int
-from ..data import Ensemble, as_ensemble
+from ..ensemble import Ensemble, as_ensemble
 from .utilities import (
     centroids_from_counts,
     check_weights,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import ConsensusEstimator, check_n_clusters, check_positive_int
-from ..data import Ensemble
+from ..ensemble import Ensemble
 
 __all__ = ["QMI"]
 

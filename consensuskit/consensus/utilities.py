@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..data import Ensemble
+from ..ensemble import Ensemble
 
 __all__ = [
     "UTILITIES",

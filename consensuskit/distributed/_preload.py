@@ -8,7 +8,7 @@ and numba and loading the kernels again.  Only the fork server imports this.
 import numpy as np
 import torch
 
-from ..data import Ensemble
+from ..ensemble import Ensemble
 from ..inference import bce_cavi as _cavi
 from . import _worker  # noqa: F401
 

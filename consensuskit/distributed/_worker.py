@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..data import Ensemble
+from ..ensemble import Ensemble
 from ..inference import bce_cavi as cavi
 from . import column, row
 from .comm import CommError, TorchComm

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..base import check_n_clusters, check_positive_float, check_positive_int, resolve_dtype
-from ..data import Ensemble, _labels_to_int, as_ensemble
+from ..ensemble import Ensemble, _labels_to_int, as_ensemble
 from ._worker import beta_columns, column_ensemble, run_rank, worker_main
 from .comm import CommError, LocalComm, TorchComm
 from .common import EMConfig, FaultHook, WorkerResult

@@ -60,7 +60,7 @@ def column_vs_single(X, n_clusters, *, n_workers=2, max_iter=10, seed=0, check=T
         transfer) and ``bytes_rank1_per_iter`` (payload of rank 1, or rank 0 when
         ``P = 1``).
     """
-    from ..data import Ensemble
+    from ..ensemble import Ensemble
     from ..inference import bce_cavi as cavi
     from .launch import fit_distributed
 

@@ -21,7 +21,7 @@ from ..base import (
     torch_generator,
 )
 from ..checkpoint import RunMonitor, check_checkpoint_params, read_checkpoint
-from ..data import Ensemble, as_ensemble
+from ..ensemble import Ensemble, as_ensemble
 from ..inference import bce_cavi as cavi
 
 __all__ = ["BCE"]

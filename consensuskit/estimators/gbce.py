@@ -17,7 +17,7 @@ from ..base import (
     resolve_dtype,
 )
 from ..checkpoint import check_checkpoint_params
-from ..data import Ensemble, as_ensemble
+from ..ensemble import Ensemble, as_ensemble
 from ..inference import bce_cavi
 from ..inference import gbce_cavi as cavi
 from .bce import BCE
@@ -233,7 +233,7 @@ class GBCE(BCE):
         Raises
         ------
         ValueError
-            Bad labels (see :class:`~consensuskit.data.Ensemble`), features with a row
+            Bad labels (see :class:`~consensuskit.ensemble.Ensemble`), features with a row
             count different from ``X``, an infinite value, an all-NaN column, or a bad
             weight / hyper-parameter.
         """

@@ -17,7 +17,7 @@ from ..base import (
     resolve_dtype,
     torch_generator,
 )
-from ..data import Ensemble
+from ..ensemble import Ensemble
 from ..inference import mm_em
 
 __all__ = ["MM"]

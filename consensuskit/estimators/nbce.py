@@ -18,7 +18,7 @@ from ..base import (
     torch_generator,
 )
 from ..checkpoint import RunMonitor, check_checkpoint_params, read_checkpoint
-from ..data import Ensemble, as_ensemble
+from ..ensemble import Ensemble, as_ensemble
 from ..inference.arviz_adapter import to_inference_data
 from ..inference.nbce_cvb import cvb_nbce
 from ..inference.nbce_gibbs import (

@@ -13,7 +13,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from ..base import ConsensusEstimator, check_n_clusters, check_positive_float, check_positive_int
-from ..data import DENSE_COASSOCIATION_LIMIT, Ensemble, sample_pairs
+from ..ensemble import DENSE_COASSOCIATION_LIMIT, Ensemble, sample_pairs
 from ..inference.pcc_descent import DIVERGENCES, pcc_descent_dense, pcc_descent_pairs
 
 __all__ = ["PCC"]

@@ -116,7 +116,7 @@ class BCEData:
 
 
 def prepare_data(ensemble, device="cpu", dtype=torch.float64) -> BCEData:
-    """Turn an :class:`~consensuskit.data.Ensemble` into a :class:`BCEData` on ``device``."""
+    """Turn an :class:`~consensuskit.ensemble.Ensemble` into a :class:`BCEData` on ``device``."""
     codes = ensemble.codes
     offsets = ensemble.offsets
     L = int(offsets[-1])

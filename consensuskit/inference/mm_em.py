@@ -8,7 +8,7 @@ Notation (the paper's symbols in brackets):
   distribution of column ``j`` in component ``k`` (``vartheta_jm``), stored
   for all columns at once as ``log_theta`` of shape (K, V) on the *global
   vocabulary* of size ``V = sum_j k_j``: column ``j`` owns the block
-  ``offsets[j]:offsets[j+1]`` (see :meth:`consensuskit.data.Ensemble.offsets`);
+  ``offsets[j]:offsets[j+1]`` (see :meth:`consensuskit.ensemble.Ensemble.offsets`);
 * responsibilities ``E[z_ik]`` (eq. 13-14) as a (K, N) array ``resp``.
 
 Every array that grows with ``N`` keeps ``N`` as its last, contiguous axis.

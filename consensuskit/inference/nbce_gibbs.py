@@ -761,7 +761,7 @@ def draw_counts(idx, z, truncation, n_labels):
 # posterior summaries
 # ---------------------------------------------------------------------------
 def _pairs_for(N, max_pairs, rng):
-    from ..data import sample_pairs
+    from ..ensemble import sample_pairs
 
     total = N * (N - 1) // 2
     if total <= max_pairs:
@@ -787,7 +787,7 @@ def co_clustering(z_draws, pairs=None):
         if N > 5_000:
             raise ValueError(
                 f"dense co-clustering for N={N} needs an {N}x{N} array; pass pairs= "
-                "(e.g. consensuskit.data.sample_pairs) for N > 5000"
+                "(e.g. consensuskit.ensemble.sample_pairs) for N > 5000"
             )
         P = np.zeros((N, N))
         for s in range(S):

@@ -786,7 +786,7 @@ def pcc_descent_pairs(pairs, c, n, Y0, divergence="kl", *, max_iter=None, tol=1e
     ----------
     pairs : ndarray of int, shape (P, 2)
         Distinct unordered pairs ``{i, j}``, ``i != j`` (e.g. from
-        :func:`consensuskit.data.sample_pairs`).
+        :func:`consensuskit.ensemble.sample_pairs`).
     c, n : ndarray, shape (P,)
         ``c_ij`` and ``N_ij`` per pair.  Pairs with ``N_ij = 0`` carry no
         information and are dropped.

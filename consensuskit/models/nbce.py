@@ -18,7 +18,7 @@ The columns have different ``k_j``.  The Pyro model below uses a *per-column*
 representation: one Dirichlet site ``theta_{j}`` of shape ``(T, k_j)`` and one
 observation site ``x_{j}`` per base clustering, so no padding and no fake
 probability mass exist.  The hand-written engines use the equivalent flat
-"offset index" of :meth:`consensuskit.data.Ensemble.offset_index`: label ``r``
+"offset index" of :meth:`consensuskit.ensemble.Ensemble.offset_index`: label ``r``
 of column ``j`` is global label ``offsets[j] + r`` of ``L = sum_j k_j``, and a
 ``(T, L)`` table holds all ``theta*`` at once.
 

@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from ..data import Ensemble
+from ..ensemble import Ensemble
 
 #: settings used by every reproduction (one restart, as in the papers' single runs)
 SETTINGS = {

@@ -14,7 +14,7 @@
 * **table5/table6** -- the same with k-means, fuzzy c-means, affinity propagation
   and METIS base clusterings (5/8/5/2 per subset of 20).
 * **fig3** -- 20 base clusterings, a fraction p of the labels removed
-  (``ensemble.drop_labels``, every row keeps one label), p = 0..90 %.
+  (``generate.drop_labels``, every row keeps one label), p = 0..90 %.
 * **fig4** -- a pool of 20 base clusterings; for s = 1..20, s of them drawn
   at random, ``runs`` times; average MP.
 * **fig5** -- 20 k-means base clusterings split by rows over P = 1..10 worker
@@ -213,7 +213,7 @@ def _mp(y, labels):
 
 
 def _table3(rep, sizes, data, seed, progress, cache, uci=True):
-    from ..ensemble import kmeans_partitions
+    from ..generate import kmeans_partitions
 
     datasets = list(sizes["datasets"]) if uci else []
     notes = []
@@ -278,7 +278,7 @@ def _table3(rep, sizes, data, seed, progress, cache, uci=True):
     wins = _winners(per)
     rep.add_section(
         "Table 3: micro-precision of k-means-based ensembles",
-        "Base partitions: `consensuskit.ensemble.kmeans_partitions(F, pool, n_clusters=K)` "
+        "Base partitions: `consensuskit.generate.kmeans_partitions(F, pool, n_clusters=K)` "
         "(random init, one run each, raw features). 'base k-means' is the max / mean MP of "
         "the individual base partitions. CSPA is skipped above 20000 rows.\n\n"
         + "\n".join(setup) + "\n\nMethods:\n" + methods + "\n\n" + "\n".join(lines)
@@ -303,7 +303,7 @@ def mixed_pool(F, k, n_sub, seed, progress=False):
     Returns the label matrix (N, 20 * n_sub), subset r = columns [20 r, 20 r + 20),
     and the algorithm name of every column.
     """
-    from ..ensemble import kmeans_partitions, mixed_partitions
+    from ..generate import kmeans_partitions, mixed_partitions
 
     cols, names = [], []
     for r in progress_bar(range(n_sub), progress, "mixed base clusterings"):
@@ -365,7 +365,7 @@ def _table5(rep, sizes, seed, progress, cache):
         "Table 5: micro-precision with k-means, FCM, AP and METIS base clusterings",
         f"Each of {n_sub} subsets holds 5 k-means, 8 fuzzy c-means, 5 affinity-propagation and "
         "2 METIS base clusterings (the paper's 500/800/500/200 of 2000), all with k = "
-        "classes: `ensemble.kmeans_partitions`, `ensemble.mixed_partitions(..., "
+        "classes: `generate.kmeans_partitions`, `generate.mixed_partitions(..., "
         "algorithms=('fuzzy_cmeans',) | ('affinity_propagation',))` (AP's preference is "
         "bisected towards k), METIS on the symmetrised 10-nearest-neighbour graph "
         "(`consensuskit.reproduce.bce.metis_knn_partition`). 'base X' = max / mean MP of "
@@ -421,7 +421,7 @@ def _table4(rep, cache, source="table3", part="table4", paper_table=None, title=
 
 
 def _fig3(rep, sizes, seed, progress):
-    from ..ensemble import drop_labels, kmeans_partitions
+    from ..generate import drop_labels, kmeans_partitions
 
     panels, levels = {}, sizes["fig3_levels"]
     runs = sizes["fig3_runs"]
@@ -453,7 +453,7 @@ def _fig3(rep, sizes, seed, progress):
     rep.add_section(
         "Fig. 3: missing labels",
         f"{M} k-means base clusterings (K = classes), p % of the labels removed at random "
-        f"(`ensemble.drop_labels`, each row keeps at least one), p in {levels}, {runs} run(s) "
+        f"(`generate.drop_labels`, each row keeps at least one), p in {levels}, {runs} run(s) "
         "each (the paper: 0-90 % in steps of 4.5, ten runs). The paper gives only the plot; "
         f"its claims: BCE is always among the top two, HGPA is worst.\n\nOurs: BCE among "
         f"the top two in {top2[0]} of {top2[1]} (dataset, level) points; HGPA worst in "
@@ -485,7 +485,7 @@ def _worst_share(panels, method):
 
 
 def _fig4(rep, sizes, seed, progress):
-    from ..ensemble import kmeans_partitions
+    from ..generate import kmeans_partitions
 
     panels, steps, runs = {}, sizes["fig4_steps"], sizes["fig4_runs"]
     M = max(steps)
@@ -529,7 +529,7 @@ def _fig5(rep, sizes, seed, progress):
     import warnings
 
     from ..distributed import fit_distributed
-    from ..ensemble import kmeans_partitions
+    from ..generate import kmeans_partitions
 
     procs, panels, table = sizes["fig5_procs"], {}, []
     M = 20  # the paper's 20 base clusterings (cheap even in smoke mode)
@@ -582,7 +582,7 @@ def _fig6(rep, sizes, seed, progress):
     import os
 
     from ..distributed.timing import column_vs_single, warm_up
-    from ..ensemble import kmeans_partitions
+    from ..generate import kmeans_partitions
 
     name, ms, iters = sizes["fig6_set"], sizes["fig6_ms"], sizes["fig6_iters"]
     pool_size = max(sizes["fig6_pool"], max(ms))
@@ -650,9 +650,9 @@ def _fig6(rep, sizes, seed, progress):
 def _fig7_8(rep, sizes, seed, progress, parts):
     import warnings
 
-    from ..ensemble import kmeans_partitions
     from ..estimators.bce import BCE
     from ..estimators.gbce import GBCE
+    from ..generate import kmeans_partitions
 
     steps, runs = sizes["fig7_steps"], sizes["fig7_runs"]
     weights = {"D/8": 0.125, "D/4": 0.25, "D/2": 0.5, "D": 1.0}

@@ -152,7 +152,7 @@ SIZES = {
 
 def rps_partitions(F, K, r, seed):
     """Random parameter selection: r k-means partitions, k uniform in [K, ceil(sqrt(n))]."""
-    from ..ensemble import kmeans_partitions
+    from ..generate import kmeans_partitions
 
     hi = max(K, math.ceil(math.sqrt(len(F))))
     return kmeans_partitions(F, r, n_clusters=(K, hi), random_state=seed)

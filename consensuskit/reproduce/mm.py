@@ -12,7 +12,7 @@ random restarts (``n_init=3``).  The paper averages 20 runs for these datasets.
 * **table6** -- 2-spirals (``datasets.make_two_spirals``: 200 points).
 * **table7** -- iris.
 * **table8** -- missing labels: a fraction (10-50 %) of each partition's labels
-  deleted (``ensemble.drop_labels`` removes the fraction over the whole matrix and
+  deleted (``generate.drop_labels`` removes the fraction over the whole matrix and
   keeps every row labelled), EM only.  The paper's Table 8 is on Galaxy and
   Biochemistry, which are not available (the Galaxy star/galaxy data of Odewahn
   et al. and the biochemical water-molecule data are not public in a form we
@@ -121,7 +121,7 @@ def _estimator(method, K, seed):
 
 
 def _errors(X, y, K, seed, methods=METHODS):
-    from ..data import Ensemble
+    from ..ensemble import Ensemble
     from ..metrics import accuracy
 
     ens = Ensemble.from_labels(X)
@@ -138,7 +138,7 @@ def _errors(X, y, K, seed, methods=METHODS):
 
 
 def _complete_table(rep, part, sizes, seed, progress):
-    from ..ensemble import kmeans_partitions
+    from ..generate import kmeans_partitions
 
     name, paper, K = TABLES[part]
     keys = list(paper)[: sizes["rows"]] if sizes["rows"] else list(paper)
@@ -183,7 +183,7 @@ def _acc(y, lab):
 
 
 def _table8(rep, sizes, seed, progress):
-    from ..ensemble import drop_labels, kmeans_partitions
+    from ..generate import drop_labels, kmeans_partitions
 
     panels, rows = {}, []
     for name in progress_bar(sizes["t8_sets"], progress, "MM table8"):

@@ -129,7 +129,7 @@ def _load_real(name, seed):
 
 def real_ensemble(F, n_classes, seed):
     """10 k-means clusterings, k = 50/75/100/150/200 % of the classes (two each)."""
-    from ..ensemble import kmeans_partitions
+    from ..generate import kmeans_partitions
 
     cols = []
     for i, frac in enumerate((0.5, 0.75, 1.0, 1.5, 2.0)):

@@ -124,7 +124,7 @@ def _load(col, seed):
 
 def ensemble(col, F, kind, n_partitions, seed):
     """Type-1 or type-2 ensemble for dataset column ``col``."""
-    from ..ensemble import kmeans_partitions, mixed_partitions
+    from ..generate import kmeans_partitions, mixed_partitions
 
     n = len(F)
     if kind == 1:
@@ -193,7 +193,7 @@ def _soft(rep, sizes, seed, progress):
 
 
 def _tables(rep, sizes, seed, progress, types):
-    from ..data import Ensemble
+    from ..ensemble import Ensemble
     from ..metrics import accuracy, adjusted_rand
 
     results = {}  # (type, col) -> method -> (H list, ARI list)
