@@ -49,6 +49,8 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
@@ -56,7 +58,7 @@ from scipy.special import gammaln
 from sklearn.utils import check_random_state
 from tqdm.auto import tqdm
 
-from ..models.nbce import PRIORS, log_prior_partition
+from ..models.nbce_priors import get_prior
 
 __all__ = [
     "GibbsState",
@@ -67,7 +69,6 @@ __all__ = [
     "draw_counts",
 ]
 
-_PRIOR_CODE = {"tsb": 0, "fsd": 1}
 
 
 # ---------------------------------------------------------------------------
@@ -398,6 +399,402 @@ def _tsb_swaps(cnt, nlk, num, ckm, invden, a0, perm):
         rest = cnt[k + 1] + r  # N_{>k} after a possible swap
 
 
+@numba.njit(cache=True)
+def _log_prior_nb(cnt, a0, code):
+    """``log p(z | alpha0)`` from the sizes (the kernel's branch of
+    :class:`~consensuskit.models.nbce_priors.TSB` (code 0) / ``FSD`` (code 1))."""
+    K = cnt.shape[0]
+    v = 0.0
+    if code == 1:
+        a = a0 / K
+        tot = 0.0
+        for k in range(K):
+            v += math.lgamma(a + cnt[k]) - math.lgamma(a)
+            tot += cnt[k]
+        return v + math.lgamma(a0) - math.lgamma(a0 + tot)
+    gt = 0.0  # N_{>k}
+    la = math.log(a0)
+    for k in range(K - 1, -1, -1):
+        nk = cnt[k]
+        if k < K - 1:
+            v += la + math.lgamma(1.0 + nk) + math.lgamma(a0 + gt) - math.lgamma(1.0 + a0 + nk + gt)
+        gt += nk
+    return v
+
+
+@numba.njit(cache=True)
+def _loglik_nb(nlk, ckm, n_labels, beta):
+    """``log p(x | z, beta)``, theta integrated out, from ``nlk`` (L, T) and ``ckm`` (M, T)."""
+    v = 0.0
+    lgb = math.lgamma(beta)
+    for l in range(nlk.shape[0]):
+        for k in range(nlk.shape[1]):
+            c = nlk[l, k]
+            if c > 0:
+                v += math.lgamma(beta + c) - lgb
+    for m in range(ckm.shape[0]):
+        jb = n_labels[m] * beta
+        lg = math.lgamma(jb)
+        for k in range(ckm.shape[1]):
+            c = ckm[m, k]
+            if c > 0:
+                v += lg - math.lgamma(jb + c)
+    return v
+
+
+@numba.njit(cache=True)
+def _group_loglik(gl, gm, Jbeta, beta):
+    """Dirichlet-multinomial log-likelihood of one cluster: counts ``gl`` (L,), ``gm`` (M,)."""
+    v = 0.0
+    lgb = math.lgamma(beta)
+    for l in range(gl.shape[0]):
+        if gl[l] > 0:
+            v += math.lgamma(beta + gl[l]) - lgb
+    for m in range(gm.shape[0]):
+        if gm[m] > 0:
+            v += math.lgamma(Jbeta[m]) - math.lgamma(Jbeta[m] + gm[m])
+    return v
+
+
+@numba.njit(cache=True)
+def _add_row(idx, n, gl, gm):
+    for m in range(idx.shape[1]):
+        l = idx[n, m]
+        if l >= 0:
+            gl[l] += 1
+            gm[m] += 1
+
+
+@numba.njit(cache=True)
+def _log_two(d):
+    """``(log p0, log p1)`` of the two-way choice with ``log(p1/p0) = d``."""
+    if d > 0.0:
+        t = math.log1p(math.exp(-d))
+        return -d - t, -t
+    t = math.log1p(math.exp(d))
+    return -t, d - t
+
+
+@numba.njit(cache=True)
+def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_prop, stats):
+    """``n_prop`` sequentially-allocated split-merge Metropolis-Hastings moves (Dahl 2003).
+
+    Two distinct points ``i``, ``j`` are drawn.  If they share component ``c`` a
+    *split* is proposed: ``i`` starts a new group on an empty component ``e``
+    (uniform among the ``E`` empty ones), ``j`` stays in ``c``, and the other points
+    of ``c`` are allocated one by one, in random order, to either group with
+    probability proportional to the group's size times the Dirichlet-multinomial
+    predictive of the point's labels given the points allocated so far.  Otherwise
+    a *merge* of ``i``'s component into ``j``'s is proposed; its reverse is the
+    split of the merged component that puts ``i``'s group back on its old label,
+    whose probability the same allocation, replayed, gives.  The acceptance ratio
+    is the collapsed posterior ratio (truncated prior over labelled components,
+    :func:`_log_prior_nb`, times the likelihood of the two groups) times
+    ``E / q_alloc`` (split) or ``q_alloc / (E + 1)`` (merge), so the move keeps
+    ``p(z | x, alpha0, beta)`` invariant under both priors.
+
+    ``stats`` (int64, 5) accumulates: accepted splits, accepted merges, proposed
+    splits, proposed merges, splits not proposable (no empty component).
+    """
+    N, M = idx.shape
+    L, K = nlk.shape
+    if N < 2:
+        return
+    members = np.empty(N, dtype=np.int64)
+    grp = np.empty(N, dtype=np.int64)
+    gl = np.zeros((2, L), dtype=np.int64)
+    gm = np.zeros((2, M), dtype=np.int64)
+    size = np.zeros(2, dtype=np.int64)
+    for _ in range(n_prop):
+        i = np.random.randint(0, N)  # noqa: NPY002 - numba RNG, seeded by _seed
+        j = np.random.randint(0, N - 1)  # noqa: NPY002
+        if j >= i:
+            j += 1
+        ci, cj = z[i], z[j]
+        split = ci == cj
+        n_empty = 0
+        for k in range(K):
+            if cnt[k] == 0:
+                n_empty += 1
+        if split and n_empty == 0:
+            stats[4] += 1
+            continue
+        stats[2 if split else 3] += 1
+        ns = 0
+        for n in range(N):
+            if n != i and n != j and (z[n] == ci or z[n] == cj):
+                members[ns] = n
+                ns += 1
+        for a in range(ns - 1, 0, -1):  # random allocation order
+            b = np.random.randint(0, a + 1)  # noqa: NPY002
+            members[a], members[b] = members[b], members[a]
+        gl[:] = 0
+        gm[:] = 0
+        size[0] = 1
+        size[1] = 1
+        _add_row(idx, i, gl[0], gm[0])
+        _add_row(idx, j, gl[1], gm[1])
+        logq = 0.0
+        for s in range(ns):
+            n = members[s]
+            d = math.log(size[1]) - math.log(size[0])
+            for m in range(M):
+                l = idx[n, m]
+                if l >= 0:
+                    d += (math.log((beta + gl[1, l]) / (Jbeta[m] + gm[1, m]))
+                          - math.log((beta + gl[0, l]) / (Jbeta[m] + gm[0, m])))
+            lp0, lp1 = _log_two(d)
+            if split:
+                g = 0 if np.random.random() < math.exp(lp0) else 1  # noqa: NPY002
+            else:
+                g = 0 if z[n] == ci else 1
+            logq += lp0 if g == 0 else lp1
+            grp[s] = g
+            size[g] += 1
+            _add_row(idx, n, gl[g], gm[g])
+        ll_sep = _group_loglik(gl[0], gm[0], Jbeta, beta) + _group_loglik(gl[1], gm[1], Jbeta, beta)
+        ll_one = _group_loglik(gl[0] + gl[1], gm[0] + gm[1], Jbeta, beta)
+        lp_old = _log_prior_nb(cnt, a0, code)
+        if split:
+            r = np.random.randint(0, n_empty)  # noqa: NPY002
+            e = -1
+            for k in range(K):
+                if cnt[k] == 0:
+                    if r == 0:
+                        e = k
+                        break
+                    r -= 1
+            cnt[e], cnt[ci] = size[0], size[1]
+            lp_new = _log_prior_nb(cnt, a0, code)
+            cnt[e], cnt[ci] = 0, size[0] + size[1]
+            logr = lp_new - lp_old + ll_sep - ll_one + math.log(n_empty) - logq
+            src, dst = ci, e
+        else:
+            cnt[ci], cnt[cj] = 0, size[0] + size[1]
+            lp_new = _log_prior_nb(cnt, a0, code)
+            cnt[ci], cnt[cj] = size[0], size[1]
+            logr = lp_new - lp_old + ll_one - ll_sep - math.log(n_empty + 1) + logq
+            src, dst = ci, cj
+        if logr >= 0.0 or np.random.random() < math.exp(logr):  # noqa: NPY002
+            stats[0 if split else 1] += 1
+            _move(i, src, -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+            _move(i, dst, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+            z[i] = dst
+            for s in range(ns):
+                if grp[s] == 0:
+                    n = members[s]
+                    _move(n, src, -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+                    _move(n, dst, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+                    z[n] = dst
+
+
+@numba.njit(cache=True)
+def _block_prior_deltas(cnt, a, a0, code, out):
+    """``out[k] = log p(z with a more points in k) - log p(z)`` for every component k."""
+    K = cnt.shape[0]
+    if code == 1:
+        aa = a0 / K
+        for k in range(K):
+            out[k] = math.lgamma(aa + cnt[k] + a) - math.lgamma(aa + cnt[k])
+        return
+    # TSB: adding a to k raises N_{>h} for h < k and N_k itself
+    ge = 0.0
+    for k in range(K):
+        ge += cnt[k]
+    acc = 0.0  # sum over h < k of the change of stick h's term
+    for k in range(K):
+        nk = cnt[k]
+        gt = ge - nk  # N_{>k}
+        if k < K - 1:
+            out[k] = acc + (math.lgamma(1.0 + nk + a) - math.lgamma(1.0 + nk)
+                            - math.lgamma(1.0 + a0 + ge + a) + math.lgamma(1.0 + a0 + ge))
+            acc += (math.lgamma(a0 + gt + a) - math.lgamma(a0 + gt)
+                    - math.lgamma(1.0 + a0 + ge + a) + math.lgamma(1.0 + a0 + ge))
+        else:
+            out[k] = acc
+        ge = gt
+
+
+@numba.njit(cache=True)
+def _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr, brows,
+                 n_moves, stats):
+    """Gibbs moves of whole groups of identical rows (same labels, same missing entries).
+
+    Group ``g`` holds rows ``brows[bptr[g]:bptr[g+1]]``.  When all its ``a`` rows sit in
+    one component, their common component is redrawn from ``p(k | z_-group, x)``
+    restricted to "all together": the prior of adding ``a`` points to k
+    (:func:`_block_prior_deltas`) times the Dirichlet-multinomial likelihood of ``a``
+    copies of the row.  This is the Gibbs kernel of z given the rest and the event that
+    the group is together, so it keeps the posterior invariant; when ``beta`` is small it
+    moves groups that single-site moves cannot split.  ``n_moves`` groups are drawn
+    at random (all of them, in order, when ``n_moves`` >= the number of groups);
+    ``stats[6]`` counts the moves that changed a group's component.
+    """
+    G = bptr.shape[0] - 1
+    if G <= 0:
+        return
+    K = cnt.shape[0]
+    M = idx.shape[1]
+    lw = np.empty(K)
+    for t in range(n_moves if n_moves < G else G):
+        g = t if n_moves >= G else np.random.randint(0, G)  # noqa: NPY002 - numba RNG
+        r0 = brows[bptr[g]]
+        a = bptr[g + 1] - bptr[g]
+        c = z[r0]
+        together = True
+        for q in range(bptr[g] + 1, bptr[g + 1]):
+            if z[brows[q]] != c:
+                together = False
+                break
+        if not together:
+            continue
+        for q in range(bptr[g], bptr[g + 1]):
+            _move(brows[q], c, -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+        _block_prior_deltas(cnt, float(a), a0, code, lw)
+        for k in range(K):
+            v = 0.0
+            for m in range(M):
+                l = idx[r0, m]
+                if l >= 0:
+                    v += (math.lgamma(beta + nlk[l, k] + a) - math.lgamma(beta + nlk[l, k])
+                          - math.lgamma(Jbeta[m] + ckm[m, k] + a)
+                          + math.lgamma(Jbeta[m] + ckm[m, k]))
+            lw[k] += v
+        mx = lw[0]
+        for k in range(1, K):
+            if lw[k] > mx:
+                mx = lw[k]
+        tot = 0.0
+        for k in range(K):
+            lw[k] = math.exp(lw[k] - mx)
+            tot += lw[k]
+        u = np.random.random() * tot  # noqa: NPY002
+        knew = K - 1
+        acc = 0.0
+        for k in range(K):
+            acc += lw[k]
+            if u < acc:
+                knew = k
+                break
+        if knew != c:
+            stats[6] += 1
+        for q in range(bptr[g], bptr[g + 1]):
+            z[brows[q]] = knew
+            _move(brows[q], knew, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+
+
+def identical_row_groups(idx):
+    """Groups of >= 2 identical rows of ``idx`` (N, M) as CSR arrays ``(ptr, rows)``."""
+    idx = np.asarray(idx)
+    if idx.shape[0] < 2:
+        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    _, inv, counts = np.unique(idx, axis=0, return_inverse=True, return_counts=True)
+    inv = inv.reshape(-1)
+    order = np.argsort(inv, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    keep = np.flatnonzero(counts >= 2)
+    rows = np.concatenate([order[starts[g]:starts[g + 1]] for g in keep]) if keep.size else \
+        np.zeros(0, dtype=np.int64)
+    ptr = np.concatenate([[0], np.cumsum(counts[keep])])
+    return ptr.astype(np.int64), rows.astype(np.int64)
+
+
+@numba.njit(cache=True)
+def _hyper_logpdf(which, x, cnt, nlk, ckm, n_labels, code, shape, rate):
+    """Log conditional density of alpha0 (which=0) or beta (1) at ``x`` (Gamma prior)."""
+    if not (x > 0.0) or not math.isfinite(x):
+        return -math.inf
+    if which == 0:
+        v = _log_prior_nb(cnt, x, code)
+    else:
+        v = _loglik_nb(nlk, ckm, n_labels, x)
+    return v + (shape - 1.0) * math.log(x) - rate * x
+
+
+@numba.njit(cache=True)
+def _slice_log_nb(which, x0, cnt, nlk, ckm, n_labels, code, shape, rate, width, max_steps):
+    """One slice-sampling update (Neal 2003: stepping out by at most ``max_steps``
+    intervals, split at random between the two sides, then shrinkage) of ``log x``.
+
+    Returns ``(x, failed)``; ``failed`` is 1 when 200 shrinkage steps found no point
+    (the old value is kept: counted by the caller, never silent).
+    """
+    u0 = math.log(x0)
+    gy = _hyper_logpdf(which, x0, cnt, nlk, ckm, n_labels, code, shape, rate) + u0
+    gy += math.log(1.0 - np.random.random())  # noqa: NPY002 - in (0, 1]
+    lo = u0 - width * np.random.random()  # noqa: NPY002
+    hi = lo + width
+    nl = int(max_steps * np.random.random())  # noqa: NPY002
+    nh = max_steps - 1 - nl
+    while nl > 0 and _hyper_logpdf(which, math.exp(lo), cnt, nlk, ckm, n_labels, code, shape,
+                                   rate) + lo > gy:
+        lo -= width
+        nl -= 1
+    while nh > 0 and _hyper_logpdf(which, math.exp(hi), cnt, nlk, ckm, n_labels, code, shape,
+                                   rate) + hi > gy:
+        hi += width
+        nh -= 1
+    for _ in range(200):
+        u = lo + (hi - lo) * np.random.random()  # noqa: NPY002
+        if _hyper_logpdf(which, math.exp(u), cnt, nlk, ckm, n_labels, code, shape, rate) + u > gy:
+            return math.exp(u), 0
+        if u < u0:
+            lo = u
+        else:
+            hi = u
+    return x0, 1
+
+
+@numba.njit(cache=True)
+def _refresh_tables(nlk, ckm, num, invden, Jbeta, inv1a, n_labels, a0, beta):
+    """Rebuild the tables that depend on alpha0 and beta."""
+    for m in range(ckm.shape[0]):
+        Jbeta[m] = n_labels[m] * beta
+        for k in range(ckm.shape[1]):
+            invden[m, k] = 1.0 / (Jbeta[m] + ckm[m, k])
+    for l in range(nlk.shape[0]):
+        for k in range(nlk.shape[1]):
+            num[l, k] = beta + nlk[l, k]
+    for n in range(inv1a.shape[0]):
+        inv1a[n] = 1.0 / (1.0 + a0 + n)
+
+
+@numba.njit(cache=True, nogil=True)
+def _iteration(idx, z, cnt, nlk, num, ckm, invden, Jbeta, inv1a, hyp, n_labels, code,
+               n_split_merge, update_hyper, hyper_prior, stats, bptr, brows):
+    """One iteration of the chain: a systematic Gibbs sweep over the points, then
+    ``n_split_merge`` split-merge moves and as many moves of groups of identical rows
+    (``bptr``, ``brows``: :func:`identical_row_groups`), then (TSB) adjacent label
+    swaps, then (if ``update_hyper``) slice updates of alpha0 | z and beta | x, z.
+
+    ``hyp`` (2,) holds alpha0, beta and is updated in place; ``hyper_prior`` (4,) the
+    Gamma shape and rate of alpha0 then of beta; ``stats`` (int64, 7) accumulates the
+    split-merge counts (see :func:`_split_merge`), the slice updates that kept the
+    old value, and the group moves that changed a component (:func:`_block_moves`).
+    """
+    K = cnt.shape[0]
+    a0, beta = hyp[0], hyp[1]
+    _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, a0 / K, code, 1)
+    if n_split_merge > 0:
+        _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_split_merge,
+                     stats)
+        _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr, brows,
+                     n_split_merge, stats)
+    if code == 0:
+        perm = np.arange(K)
+        _tsb_swaps(cnt, nlk, num, ckm, invden, a0, perm)
+        for n in range(z.shape[0]):
+            z[n] = perm[z[n]]
+    if update_hyper:
+        a0, f0 = _slice_log_nb(0, a0, cnt, nlk, ckm, n_labels, code, hyper_prior[0],
+                               hyper_prior[1], 1.0, 50)
+        beta, f1 = _slice_log_nb(1, beta, cnt, nlk, ckm, n_labels, code, hyper_prior[2],
+                                 hyper_prior[3], 1.0, 50)
+        stats[5] += f0 + f1
+        hyp[0], hyp[1] = a0, beta
+        _refresh_tables(nlk, ckm, num, invden, Jbeta, inv1a, n_labels, a0, beta)
+
+
 # ---------------------------------------------------------------------------
 # state
 # ---------------------------------------------------------------------------
@@ -418,9 +815,8 @@ class GibbsState:
         self.idx = np.ascontiguousarray(idx, dtype=np.int64)
         self.n_labels = np.asarray(n_labels, dtype=np.int64)
         self.T = int(truncation)
-        if prior not in PRIORS:
-            raise ValueError(f"prior must be 'tsb' or 'fsd'; got {prior!r}")
-        self.prior = prior
+        self.prior_obj = get_prior(prior)
+        self.prior = self.prior_obj.name
         N, M = self.idx.shape
         self.L = int(self.n_labels.sum())
         self.col_of = np.repeat(np.arange(M), self.n_labels)
@@ -433,26 +829,55 @@ class GibbsState:
         rows, cols = np.nonzero(self.idx >= 0)
         np.add.at(self.nlk, (self.idx[rows, cols], self.z[rows]), 1)
         np.add.at(self.ckm, (cols, self.z[rows]), 1)
+        #: split-merge and slice counters, see :func:`_iteration`
+        self.stats = np.zeros(7, dtype=np.int64)
+        #: groups of identical rows, moved together (:func:`_block_moves`)
+        self.group_ptr, self.group_rows = identical_row_groups(self.idx)
+        self.hyp = np.empty(2)
+        self.Jbeta = np.empty(M)
+        self.num = np.empty((self.L, self.T))
+        self.invden = np.empty((M, self.T))
+        self.inv1a = np.empty(N + 1)
         self.set_hyper(alpha0, beta)
+
+    @property
+    def alpha0(self):
+        return float(self.hyp[0])
+
+    @property
+    def beta(self):
+        return float(self.hyp[1])
+
+    @property
+    def afsd(self):
+        return self.alpha0 / self.T
 
     def set_hyper(self, alpha0, beta):
         """Set alpha0 and beta and rebuild the derived tables."""
-        self.alpha0 = float(alpha0)
-        self.beta = float(beta)
-        N = self.idx.shape[0]
-        self.Jbeta = self.n_labels.astype(np.float64) * self.beta
-        self.num = self.beta + self.nlk.astype(np.float64)
-        self.invden = 1.0 / (self.Jbeta[:, None] + self.ckm)
-        self.inv1a = 1.0 / (1.0 + self.alpha0 + np.arange(N + 1, dtype=np.float64))
-        self.afsd = self.alpha0 / self.T
+        self.hyp[0], self.hyp[1] = float(alpha0), float(beta)
+        _refresh_tables(self.nlk, self.ckm, self.num, self.invden, self.Jbeta, self.inv1a,
+                        self.n_labels, self.alpha0, self.beta)
 
     @property
     def prior_code(self):
-        return _PRIOR_CODE[self.prior]
+        return self.prior_obj.code
 
     def _move_args(self):
         return (self.idx, self.cnt, self.nlk, self.num, self.ckm, self.invden, self.beta,
                 self.Jbeta)
+
+    def iterate(self, n_split_merge=0, update_hyper=False,
+                hyper_prior=((1.0, 1.0), (1.0, 1.0))):
+        """One compiled iteration: Gibbs sweep, ``n_split_merge`` split-merge moves,
+        label swaps (TSB), slice updates of alpha0 and beta (if ``update_hyper``).
+
+        Draws from numba's generator of the calling thread (seed it with ``_seed``).
+        """
+        hp = np.asarray(hyper_prior, dtype=np.float64).reshape(4)
+        _iteration(self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden,
+                   self.Jbeta, self.inv1a, self.hyp, self.n_labels, self.prior_code,
+                   int(n_split_merge), bool(update_hyper), hp, self.stats, self.group_ptr,
+                   self.group_rows)
 
     def sweep(self, n_sweeps=1):
         """Run ``n_sweeps`` systematic-scan sweeps over all points (compiled)."""
@@ -460,6 +885,20 @@ class GibbsState:
             self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden, self.beta,
             self.Jbeta, self.inv1a, self.alpha0, self.afsd, self.prior_code, int(n_sweeps),
         )
+
+    def split_merge(self, n_proposals=1):
+        """``n_proposals`` split-merge Metropolis-Hastings moves (:func:`_split_merge`)."""
+        _split_merge(self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden,
+                     self.beta, self.Jbeta, self.alpha0, self.prior_code, int(n_proposals),
+                     self.stats)
+
+    def group_moves(self, n_moves=None):
+        """Gibbs moves of groups of identical rows (:func:`_block_moves`); all groups
+        in turn by default."""
+        n = self.group_ptr.size - 1 if n_moves is None else int(n_moves)
+        _block_moves(self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden,
+                     self.beta, self.Jbeta, self.alpha0, self.prior_code, self.group_ptr,
+                     self.group_rows, n, self.stats)
 
     def label_swaps(self):
         """One pass of adjacent label-swap Metropolis moves (TSB; no-op for FSD).
@@ -476,7 +915,7 @@ class GibbsState:
 
     def log_prior(self, alpha0=None):
         a0 = self.alpha0 if alpha0 is None else alpha0
-        return log_prior_partition(self.cnt, a0, self.prior)
+        return self.prior_obj.log_prior(self.cnt, a0)
 
     def log_lik(self, beta=None):
         b = self.beta if beta is None else beta
@@ -544,55 +983,66 @@ def sample_conditional(state: GibbsState, n: int, n_draws: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------
-# hyper-parameter updates
-# ---------------------------------------------------------------------------
-def _slice_log(logf, x0, rng, width=1.0, max_steps=20):
-    """One univariate slice-sampling update of ``x`` > 0 on the log scale.
-
-    ``logf(x)`` is the log density of x; the sampled variable is u = log x, whose
-    density is ``logf(e^u) + u`` (Jacobian).
-    """
-    def g(u):
-        return logf(math.exp(u)) + u
-
-    u0 = math.log(x0)
-    gy = g(u0) + math.log(rng.random_sample())
-    lo = u0 - width * rng.random_sample()
-    hi = lo + width
-    for _ in range(max_steps):
-        if g(lo) <= gy:
-            break
-        lo -= width
-    for _ in range(max_steps):
-        if g(hi) <= gy:
-            break
-        hi += width
-    for _ in range(100):
-        u = lo + (hi - lo) * rng.random_sample()
-        if g(u) > gy:
-            return math.exp(u)
-        if u < u0:
-            lo = u
-        else:
-            hi = u
-    return x0  # pragma: no cover - shrinkage always ends in practice
-
-
-def _log_gamma_pdf(x, shape, rate):
-    return shape * math.log(rate) - gammaln(shape) + (shape - 1) * math.log(x) - rate * x
-
-
-def update_hyper(state: GibbsState, rng, hyper_prior=((1.0, 1.0), (1.0, 1.0))):
-    """Slice-sample alpha0 | z and beta | x, z (Gamma priors), then refresh the tables."""
-    (aa, ab), (ba, bb) = hyper_prior
-    a0 = _slice_log(lambda a: state.log_prior(a) + _log_gamma_pdf(a, aa, ab), state.alpha0, rng)
-    b = _slice_log(lambda b: state.log_lik(b) + _log_gamma_pdf(b, ba, bb), state.beta, rng)
-    state.set_hyper(a0, b)
-
-
-# ---------------------------------------------------------------------------
 # driver
 # ---------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def _run_block(idx, z, cnt, nlk, num, ckm, invden, Jbeta, inv1a, hyp, n_labels, code, n_sm,
+               update, hp, stats, bptr, brows, seeds, it0, burn_in, thin, s0, store_counts, store_z,
+               o_counts, o_lc, o_cc, o_lj, o_occ, o_a0, o_b, o_z):
+    """``seeds.size`` iterations of one chain (numba's generator re-seeded from
+    ``seeds[t]`` before iteration t, so a chain does not depend on how its run is cut
+    into blocks), recording every retained draw from index ``s0`` on; returns the
+    number of draws retained so far."""
+    s = s0
+    K = cnt.shape[0]
+    for t in range(seeds.shape[0]):
+        np.random.seed(seeds[t])  # noqa: NPY002 - numba's generator of this thread
+        _iteration(idx, z, cnt, nlk, num, ckm, invden, Jbeta, inv1a, hyp, n_labels, code, n_sm,
+                   update, hp, stats, bptr, brows)
+        it = it0 + t
+        if it >= burn_in and (it - burn_in + 1) % thin == 0:
+            occ = 0
+            for k in range(K):
+                o_counts[s, k] = cnt[k]
+                if cnt[k] > 0:
+                    occ += 1
+            if store_counts:
+                for k in range(K):
+                    for l in range(nlk.shape[0]):
+                        o_lc[s, k, l] = nlk[l, k]
+                    for m in range(ckm.shape[0]):
+                        o_cc[s, k, m] = ckm[m, k]
+            o_lj[s] = _log_prior_nb(cnt, hyp[0], code) + _loglik_nb(nlk, ckm, n_labels, hyp[1])
+            o_occ[s] = occ
+            o_a0[s] = hyp[0]
+            o_b[s] = hyp[1]
+            if store_z:
+                for n in range(z.shape[0]):
+                    o_z[s, n] = z[n]
+            s += 1
+    return s
+
+
+def _default_split_merge(n_points):
+    """Split-merge proposals per sweep for ``n_split_merge="auto"``: 20, enough for the
+    cluster-level moves to mix, and cheap beside a sweep for any N."""
+    return 20 if n_points >= 2 else 0
+
+
+def _resolve_n_jobs(n_jobs, n_chains):
+    """Threads to run chains on: ``None`` means numba's thread setting
+    (``numba.get_num_threads()``, i.e. ``NUMBA_NUM_THREADS``); -1 all cores."""
+    if n_jobs is None:
+        n = numba.get_num_threads()
+    elif n_jobs == -1:
+        n = os.cpu_count() or 1
+    else:
+        n = int(n_jobs)
+        if n < 1:
+            raise ValueError(f"n_jobs must be a positive int, -1 or None; got {n_jobs!r}")
+    return max(1, min(n, n_chains))
+
+
 def gibbs_nbce(
     idx,
     n_labels,
@@ -607,6 +1057,8 @@ def gibbs_nbce(
     burn_in=100,
     thin=1,
     n_chains=2,
+    n_split_merge="auto",
+    n_jobs=None,
     init=None,
     random_state=None,
     store_z=True,
@@ -617,6 +1069,12 @@ def gibbs_nbce(
 ):
     """Run ``n_chains`` collapsed Gibbs chains for NBCE.
 
+    Each iteration of a chain is a systematic Gibbs sweep over the points,
+    ``n_split_merge`` split-merge Metropolis-Hastings moves (whole clusters split
+    or merged, so the chain can change its number of clusters even when ``beta``
+    is small and single points cannot leave their cluster), adjacent label swaps
+    (TSB) and slice updates of ``alpha0 | z`` and ``beta | x, z``.
+
     Parameters
     ----------
     idx : int array, shape (N, M)
@@ -625,7 +1083,7 @@ def gibbs_nbce(
         ``k_j``.
     truncation : int
         T, the number of components.
-    prior : {"tsb", "fsd"}
+    prior : {"tsb", "fsd"} or a :class:`~consensuskit.models.nbce_priors.PartitionPrior`
     alpha0, beta : float
         Fixed values, or starting values when ``update_hyperparameters``.
     update_hyperparameters : bool
@@ -634,9 +1092,18 @@ def gibbs_nbce(
         Per chain: ``burn_in`` discarded sweeps, then ``n_samples`` retained draws,
         one every ``thin`` sweeps.
     n_chains : int
+    n_split_merge : int or "auto"
+        Split-merge proposals per sweep, and as many moves of groups of identical
+        rows (0: single-site Gibbs only).
+    n_jobs : int, -1 or None
+        Threads the chains run on (the compiled chains release the GIL).  ``None``
+        follows numba's thread setting (``numba.set_num_threads`` /
+        ``NUMBA_NUM_THREADS``).  The draws do not depend on it.  With a
+        ``callback`` or ``resume`` the chains run one after the other.
     init : None or int array (N,) or (n_chains, N)
         Initial indicators; default uniform at random over the T components.
     random_state : None, int or RandomState
+        Draws one seed per chain; each chain has its own generator.
     store_counts : bool or "auto"
         Keep each draw's ``label_counts`` / ``col_counts`` (T x L and T x M per
         draw).  "auto": only if they take at most 256 MB; otherwise they can be
@@ -647,13 +1114,13 @@ def gibbs_nbce(
     callback : callable or None
         ``callback(state)`` after every sweep; ``state`` is a dict with ``chain``,
         ``iteration`` (sweeps done in this chain), ``draws`` (retained so far in
-        it), ``gibbs`` (the :class:`GibbsState`), ``rng`` (the generator's state)
-        and ``out`` (the arrays being filled).  Returning ``False`` stops the run
-        (``out["stopped"]`` is then True).
+        it), ``gibbs`` (the :class:`GibbsState`), ``rng`` (the chain generator's
+        state), ``chain_seeds``, ``master_rng`` and ``out`` (the arrays being
+        filled).  Returning ``False`` stops the run (``out["stopped"]`` is then True).
     resume : dict or None
         Such a state: the run continues from it and every later sweep is the
         same as in the uninterrupted run.  (numba's generator, used inside a
-        sweep, is re-seeded from ``random_state`` before every sweep, so the
+        sweep, is re-seeded from the chain's generator before every sweep, so the
         whole chain is a function of that state.)
 
     Returns
@@ -663,10 +1130,12 @@ def gibbs_nbce(
         ``label_counts`` (C, S, T, L) int32, ``col_counts`` (C, S, T, M) int32
         (if stored, see ``store_counts``),
         ``log_joint`` (C, S), ``n_occupied`` (C, S), ``alpha0`` (C, S), ``beta`` (C, S);
+        ``move_stats`` (C, 7) int64: accepted splits, accepted merges, proposed
+        splits, proposed merges, splits impossible for want of an empty component,
+        slice updates that kept the old value, group moves that changed a component;
         and ``prior``, ``truncation``, ``n_labels``.
     """
-    if prior not in PRIORS:
-        raise ValueError(f"prior must be 'tsb' or 'fsd'; got {prior!r}")
+    prior_obj = get_prior(prior)
     rng = check_random_state(random_state)
     idx = np.ascontiguousarray(idx, dtype=np.int64)
     N, M = idx.shape
@@ -675,15 +1144,21 @@ def gibbs_nbce(
         raise ValueError(f"truncation must be >= 2; got {truncation}")
     L = int(np.sum(n_labels))
     C, S = int(n_chains), int(n_samples)
+    n_sm = _default_split_merge(N) if n_split_merge == "auto" else int(n_split_merge)
+    if n_sm < 0:
+        raise ValueError(f"n_split_merge must be >= 0 or 'auto'; got {n_split_merge!r}")
+    hp = np.asarray(hyper_prior, dtype=np.float64).reshape(4)
     out = {
         "counts": np.zeros((C, S, T), dtype=np.int64),
         "log_joint": np.zeros((C, S)),
         "n_occupied": np.zeros((C, S), dtype=np.int64),
         "alpha0": np.zeros((C, S)),
         "beta": np.zeros((C, S)),
+        "move_stats": np.zeros((C, 7), dtype=np.int64),
     }
     if store_counts == "auto":
         store_counts = C * S * T * (L + M) * 4 <= 256 * 2**20
+    store_counts = bool(store_counts)
     if store_counts:
         out["label_counts"] = np.zeros((C, S, T, L), dtype=np.int32)
         out["col_counts"] = np.zeros((C, S, T, M), dtype=np.int32)
@@ -694,52 +1169,84 @@ def gibbs_nbce(
     if resume is not None:
         for key, value in resume["out"].items():
             out[key] = np.array(value, copy=True)
-        rng.set_state(resume["rng"])
+        chain_seeds = np.asarray(resume["chain_seeds"])
+        rng.set_state(resume["master_rng"])
         c0 = int(resume["chain"])
+    else:
+        chain_seeds = rng.randint(0, 2**31 - 1, size=C)
+    master_state = rng.get_state()
     out["stopped"] = False
     bar = tqdm(total=C * total, disable=not verbose, desc="NBCE Gibbs", unit="sweep")
-    for c in range(c0, C):
+    dummy = np.zeros((S, 0, 0), dtype=np.int32)
+
+    def start(c):
+        """(state, chain generator, sweeps done, draws retained) of chain c."""
         if resume is not None and c == c0:
-            state = copy.deepcopy(resume["gibbs"])
-            start, s = int(resume["iteration"]), int(resume["draws"])
-            bar.update(c * total + start)
+            crng = np.random.RandomState()
+            crng.set_state(resume["rng"])
+            bar.update(int(resume["iteration"]))
+            return (copy.deepcopy(resume["gibbs"]), crng, int(resume["iteration"]),
+                    int(resume["draws"]))
+        crng = np.random.RandomState(int(chain_seeds[c]))
+        if init is None:
+            z0 = crng.randint(0, T, size=N)
         else:
-            if init is None:
-                z0 = rng.randint(0, T, size=N)
-            else:
-                z0 = np.asarray(init)
-                z0 = z0[c] if z0.ndim == 2 else z0
-            state = GibbsState(idx, n_labels, z0, T, alpha0, beta, prior)
-            start, s = 0, 0
-        for it in range(start, total):
-            _seed(int(rng.randint(0, 2**31 - 1)))
-            state.sweep(1)
-            state.label_swaps()
-            if update_hyperparameters:
-                update_hyper(state, rng, hyper_prior)
-            bar.update(1)
-            if it >= burn_in and (it - burn_in + 1) % thin == 0:
-                out["counts"][c, s] = state.cnt
-                if store_counts:
-                    out["label_counts"][c, s] = state.nlk.T
-                    out["col_counts"][c, s] = state.ckm.T
-                out["log_joint"][c, s] = state.log_joint()
-                out["n_occupied"][c, s] = np.count_nonzero(state.cnt)
-                out["alpha0"][c, s] = state.alpha0
-                out["beta"][c, s] = state.beta
-                if store_z:
-                    out["z"][c, s] = state.z
-                s += 1
-            if callback is not None and callback(
-                {"chain": c, "iteration": it + 1, "draws": s, "gibbs": state,
-                 "rng": rng.get_state(), "out": out}
+            z0 = np.asarray(init)
+            z0 = z0[c] if z0.ndim == 2 else z0
+        return GibbsState(idx, n_labels, z0, T, alpha0, beta, prior_obj), crng, 0, 0
+
+    def block(c, st, crng, it, s, n):
+        seeds = crng.randint(0, 2**31 - 1, size=n)
+        s = _run_block(
+            st.idx, st.z, st.cnt, st.nlk, st.num, st.ckm, st.invden, st.Jbeta, st.inv1a,
+            st.hyp, st.n_labels, st.prior_code, n_sm, bool(update_hyperparameters), hp,
+            st.stats, st.group_ptr, st.group_rows, seeds, it, burn_in, thin, s, store_counts,
+            bool(store_z),
+            out["counts"][c], out["label_counts"][c] if store_counts else dummy,
+            out["col_counts"][c] if store_counts else dummy, out["log_joint"][c],
+            out["n_occupied"][c], out["alpha0"][c], out["beta"][c],
+            out["z"][c] if store_z else dummy[:, 0],
+        )
+        out["move_stats"][c] = st.stats
+        bar.update(n)
+        return s
+
+    def run_chain(c):
+        st, crng, it, s = start(c)
+        step = max(1, min(total, 100))
+        while it < total:
+            n = min(step, total - it)
+            s = block(c, st, crng, it, s, n)
+            it += n
+
+    def run_chain_with_callback(c):
+        st, crng, it, s = start(c)
+        while it < total:
+            s = block(c, st, crng, it, s, 1)
+            it += 1
+            if callback(
+                {"chain": c, "iteration": it, "draws": s, "gibbs": st,
+                 "rng": crng.get_state(), "chain_seeds": chain_seeds,
+                 "master_rng": master_state, "out": out}
             ) is False:
+                return False
+        return True
+
+    if callback is not None:
+        for c in range(c0, C):
+            if not run_chain_with_callback(c):
                 out["stopped"] = True
                 break
-        if out["stopped"]:
-            break
+    else:
+        workers = _resolve_n_jobs(n_jobs, C - c0) if resume is None else 1
+        if workers == 1:
+            for c in range(c0, C):
+                run_chain(c)
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(run_chain, range(c0, C)))
     bar.close()
-    out.update(prior=prior, truncation=T, n_labels=np.asarray(n_labels, dtype=np.int64))
+    out.update(prior=prior_obj.name, truncation=T, n_labels=np.asarray(n_labels, dtype=np.int64))
     return out
 
 

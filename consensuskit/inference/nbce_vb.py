@@ -28,7 +28,11 @@ import torch
 from scipy.special import digamma, gammaln, polygamma
 from tqdm.auto import tqdm
 
+from ..models.nbce_priors import PRIORS
+
 __all__ = ["vb_nbce", "vb_bound", "newton_max_log", "onehot_tensor"]
+
+_FSD = PRIORS["fsd"]  # the paper's VB is derived for the finite symmetric Dirichlet only
 
 
 def onehot_tensor(idx, L, dtype, device):
@@ -169,7 +173,7 @@ def vb_nbce(
     for it in tqdm(range(1, max_iter + 1), disable=not verbose, desc="NBCE VB"):  # noqa: B007
         stats = torch.sparse.mm(Xt, gamma)  # (L, T) expected label counts
         rho = b + stats.T  # (T, L)
-        xi = a0 / T + gamma.sum(0)
+        xi = _FSD.posterior_concentration(gamma.sum(0), a0)
         Elt = torch.special.digamma(rho) - torch.special.digamma(
             _segment_sum(rho, col_of_t, M)
         )[:, col_of_t]
