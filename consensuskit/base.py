@@ -199,7 +199,9 @@ class GenerativeMixin:
                 f"log-likelihood of discrete labels came out positive ({total}); "
                 "this is a bug in the engine"
             )
-        return min(total, 0.0), float(se), n_obs
+        # a total within rounding of 0 from above is returned as is (not clamped):
+        # the perplexity may then be 1 - 1e-12
+        return total, float(se), n_obs
 
     def score(self, X, y=None):
         """Mean log-likelihood per observed label of ``X`` (higher is better)."""
@@ -207,7 +209,7 @@ class GenerativeMixin:
         return total / n_obs
 
     def perplexity(self, X, return_se: bool = False, unknown: str = "error"):
-        """``exp(-log p(X) / number of observed labels)``; always >= 1.
+        """``exp(-log p(X) / number of observed labels)``; >= 1 up to rounding.
 
         Parameters
         ----------

@@ -4,7 +4,9 @@ Invariance tests: on a data set small enough to enumerate every labelled partiti
 (N = 6, T = 4: 4096 states), z is drawn *exactly* from the collapsed posterior, one
 move is applied, and the result must again follow the posterior (chi-square over
 the states, independent replicates).  A kernel that ignores the posterior fails this
-check at the same size (:func:`test_invariance_check_has_power`).
+check at the same size (:func:`test_invariance_check_has_power`), and so does the
+split-merge kernel with its 1/E term dropped (p ~ 1e-92, checked by hand).  Each check
+passes above p = 1e-4: 14 p-values in the file, a false alarm about once in 700 runs.
 """
 
 import functools
@@ -30,7 +32,7 @@ T, A0, B = 4, 0.8, 0.3
 X_SMALL = np.array([[0, 1, 0], [0, 1, 0], [0, 1, 0], [1, 0, -1], [1, 0, 2], [0, 0, 2]])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _exact_posterior(prior):
     ens = Ensemble.from_labels(X_SMALL)
     states = np.array(list(itertools.product(range(T), repeat=ens.n_samples)))
@@ -80,7 +82,7 @@ def _chi2(draws, p):
 @pytest.mark.parametrize("prior", PRIORS)
 def test_split_merge_keeps_the_posterior(prior):
     draws, p, _ = _after_move(prior, lambda s: s.split_merge(40))
-    assert _chi2_pvalue(draws, p) > 1e-3
+    assert _chi2_pvalue(draws, p) > 1e-4
 
 
 @pytest.mark.parametrize("prior", PRIORS)
@@ -99,14 +101,14 @@ def test_split_merge_moves_are_accepted(prior):
 @pytest.mark.parametrize("prior", PRIORS)
 def test_identical_row_group_moves_keep_the_posterior(prior):
     draws, p, _ = _after_move(prior, lambda s: s.group_moves())
-    assert _chi2_pvalue(draws, p) > 1e-3
+    assert _chi2_pvalue(draws, p) > 1e-4
 
 
 @pytest.mark.parametrize("prior", PRIORS)
 def test_full_iteration_keeps_the_posterior(prior):
     """Sweep + split-merge + group moves + label swaps, hyper-parameters fixed."""
     draws, p, _ = _after_move(prior, lambda s: s.iterate(n_split_merge=2))
-    assert _chi2_pvalue(draws, p) > 1e-3
+    assert _chi2_pvalue(draws, p) > 1e-4
 
 
 def test_invariance_check_has_power():

@@ -1177,7 +1177,8 @@ def gibbs_nbce(
     master_state = rng.get_state()
     out["stopped"] = False
     bar = tqdm(total=C * total, disable=not verbose, desc="NBCE Gibbs", unit="sweep")
-    dummy = np.zeros((S, 0, 0), dtype=np.int32)
+    dummy = np.zeros((S, 0, 0), dtype=np.int32)  # stands for arrays not stored
+    dummy_z = np.zeros((S, 0), dtype=np.int32)
 
     def start(c):
         """(state, chain generator, sweeps done, draws retained) of chain c."""
@@ -1205,7 +1206,7 @@ def gibbs_nbce(
             out["counts"][c], out["label_counts"][c] if store_counts else dummy,
             out["col_counts"][c] if store_counts else dummy, out["log_joint"][c],
             out["n_occupied"][c], out["alpha0"][c], out["beta"][c],
-            out["z"][c] if store_z else dummy[:, 0],
+            out["z"][c] if store_z else dummy_z,
         )
         out["move_stats"][c] = st.stats
         bar.update(n)
