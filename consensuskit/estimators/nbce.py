@@ -295,7 +295,9 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
                 )
             keep = (slice(0, c), slice(None)) if c > 0 else (slice(0, 1), slice(0, s))
             for key, value in out.items():
-                if isinstance(value, np.ndarray) and value.ndim >= 2 and key != "n_labels":
+                if key == "move_stats":  # (chain, counter)
+                    out[key] = value[keep[0]]
+                elif isinstance(value, np.ndarray) and value.ndim >= 2 and key != "n_labels":
                     out[key] = value[keep]
         self.samples_ = out
         self.n_iter_ = int(self.burn_in + self.n_samples * self.thin)  # sweeps per chain
@@ -479,7 +481,7 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         mapped to the consensus clusters through the draw's matching, averaged
         over draws and renormalised (mass on clusters a draw does not match is
         dropped).  A row whose mass is all dropped gets uniform probabilities, with
-        a warning; ``n_unmatched_rows_`` counts such rows of the last call.
+        a warning that counts such rows.
         VB/CVB: responsibilities under the variational posterior means,
         restricted to the kept clusters.
         """
@@ -504,13 +506,13 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
             np.add.at(P.T, mp[ok], r[:, ok].T)
         tot = P.sum(1, keepdims=True)
         bad = tot[:, 0] <= 0
-        self.n_unmatched_rows_ = int(bad.sum())
-        if self.n_unmatched_rows_:
+        if bad.any():
             # no draw put these rows in a component matched to a consensus cluster
+            # (predict must not change the estimator, so the count is in the warning)
             warnings.warn(
-                f"NBCE.predict_proba: {self.n_unmatched_rows_} row(s) fall only in clusters "
+                f"NBCE.predict_proba: {int(bad.sum())} of {n} row(s) fall only in clusters "
                 "that match no consensus cluster in any draw; they get uniform "
-                "probabilities (n_unmatched_rows_)", RuntimeWarning, stacklevel=2,
+                "probabilities", RuntimeWarning, stacklevel=2,
             )
             P[bad] = 1.0 / K
             tot[bad] = 1.0
