@@ -47,21 +47,25 @@ rate=1) priors by default (``hyper_prior``).
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numba
 import numpy as np
 from scipy.special import gammaln
 from sklearn.utils import check_random_state
-from tqdm.auto import tqdm
 
 from ..models.nbce_priors import get_prior
+from .driver import Engine
+from .driver import fit as drive
 
 __all__ = [
     "GibbsState",
+    "Chain",
+    "GibbsChains",
+    "gibbs_step",
     "gibbs_nbce",
     "conditional_probs",
     "co_clustering",
@@ -440,6 +444,12 @@ def _loglik_nb(nlk, ckm, n_labels, beta):
             if c > 0:
                 v += lg - math.lgamma(jb + c)
     return v
+
+
+@numba.njit(cache=True, nogil=True)
+def _log_joint_nb(cnt, nlk, ckm, n_labels, a0, beta, code):
+    """Collapsed ``log p(x, z | alpha0, beta)`` from the counts."""
+    return _log_prior_nb(cnt, a0, code) + _loglik_nb(nlk, ckm, n_labels, beta)
 
 
 @numba.njit(cache=True)
@@ -927,8 +937,9 @@ class GibbsState:
         )
 
     def log_joint(self):
-        """Collapsed log p(x, z | alpha0, beta) of the current state."""
-        return self.log_prior() + self.log_lik()
+        """Collapsed log p(x, z | alpha0, beta) of the current state (compiled)."""
+        return _log_joint_nb(self.cnt, self.nlk, self.ckm, self.n_labels, self.alpha0,
+                             self.beta, self.prior_code)
 
 
 def conditional_probs(state: GibbsState, n: int) -> np.ndarray:
@@ -983,49 +994,132 @@ def sample_conditional(state: GibbsState, n: int, n_draws: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------
-# driver
+# one iteration, and the chains as an engine of the fit driver
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True, nogil=True)
-def _run_block(idx, z, cnt, nlk, num, ckm, invden, Jbeta, inv1a, hyp, n_labels, code, n_sm,
-               update, hp, stats, bptr, brows, seeds, it0, burn_in, thin, s0, store_counts, store_z,
-               o_counts, o_lc, o_cc, o_lj, o_occ, o_a0, o_b, o_z):
-    """``seeds.size`` iterations of one chain (numba's generator re-seeded from
-    ``seeds[t]`` before iteration t, so a chain does not depend on how its run is cut
-    into blocks), recording every retained draw from index ``s0`` on; returns the
-    number of draws retained so far."""
-    s = s0
-    K = cnt.shape[0]
-    for t in range(seeds.shape[0]):
-        np.random.seed(seeds[t])  # noqa: NPY002 - numba's generator of this thread
-        _iteration(idx, z, cnt, nlk, num, ckm, invden, Jbeta, inv1a, hyp, n_labels, code, n_sm,
-                   update, hp, stats, bptr, brows)
-        it = it0 + t
-        if it >= burn_in and (it - burn_in + 1) % thin == 0:
-            occ = 0
-            for k in range(K):
-                o_counts[s, k] = cnt[k]
-                if cnt[k] > 0:
-                    occ += 1
-            if store_counts:
-                for k in range(K):
-                    for l in range(nlk.shape[0]):
-                        o_lc[s, k, l] = nlk[l, k]
-                    for m in range(ckm.shape[0]):
-                        o_cc[s, k, m] = ckm[m, k]
-            o_lj[s] = _log_prior_nb(cnt, hyp[0], code) + _loglik_nb(nlk, ckm, n_labels, hyp[1])
-            o_occ[s] = occ
-            o_a0[s] = hyp[0]
-            o_b[s] = hyp[1]
-            if store_z:
-                for n in range(z.shape[0]):
-                    o_z[s, n] = z[n]
-            s += 1
-    return s
+def gibbs_step(state: GibbsState, rng, n_split_merge=0, update_hyperparameters=True,
+               hyper_prior=((1.0, 1.0), (1.0, 1.0))) -> GibbsState:
+    """One iteration of the sampler (:meth:`GibbsState.iterate`): every ``z_i`` once,
+    ``n_split_merge`` split-merge and group moves, the TSB label swaps, then (if asked)
+    alpha0 and beta.  numba's generator is re-seeded from ``rng`` first, so the chain is
+    a function of ``rng``'s state."""
+    _seed(int(rng.randint(0, 2**31 - 1)))
+    state.iterate(n_split_merge, update_hyperparameters, hyper_prior)
+    return state
+
+
+@dataclass
+class Chain:
+    """One chain's state for the driver: the sampler, its own generator, sweeps done,
+    the draws kept so far.
+
+    ``draws`` maps a name to an array over the chain's ``n_samples`` draws (see
+    :func:`gibbs_nbce`); entries past ``n_draws`` are not filled yet.  Each chain draws
+    only from ``rng`` (seeded from the run's generator once, before any chain starts),
+    so chains can run in any order, or at the same time, with the same result.
+    """
+
+    gibbs: GibbsState
+    rng: np.random.RandomState
+    sweeps: int
+    draws: dict
+    n_draws: int = 0
+    log_joint: float = math.nan
+
+
+class GibbsChains(Engine):
+    """Collapsed Gibbs chains as an engine of :func:`consensuskit.inference.driver.fit`.
+
+    A step is :func:`gibbs_step` with the chain's own generator; after ``burn_in``
+    sweeps every ``thin``-th state is kept; the objective is the collapsed log joint.
+    Arguments as :func:`gibbs_nbce`; ``chain_seeds`` (n_chains,) seeds the chains.
+    """
+
+    def __init__(self, idx, n_labels, truncation, *, prior, alpha0, beta,
+                 update_hyperparameters, hyper_prior, n_samples, burn_in, thin, init,
+                 store_z, store_counts, n_split_merge, chain_seeds):
+        self.idx = idx
+        self.n_labels = n_labels
+        self.T = int(truncation)
+        self.prior = prior
+        self.alpha0, self.beta = alpha0, beta
+        self.update_hyperparameters = bool(update_hyperparameters)
+        self.hyper_prior = hyper_prior
+        self.S, self.burn_in, self.thin = int(n_samples), int(burn_in), int(thin)
+        self.z0 = None if init is None else np.asarray(init)
+        self.store_z, self.store_counts = store_z, store_counts
+        self.n_split_merge = int(n_split_merge)
+        self.chain_seeds = np.asarray(chain_seeds)
+
+    def _empty_draws(self):
+        N, M = self.idx.shape
+        S, T, L = self.S, self.T, int(np.sum(self.n_labels))
+        d = {"counts": np.zeros((S, T), dtype=np.int64), "log_joint": np.zeros(S),
+             "n_occupied": np.zeros(S, dtype=np.int64), "alpha0": np.zeros(S),
+             "beta": np.zeros(S)}
+        if self.store_counts:
+            d["label_counts"] = np.zeros((S, T, L), dtype=np.int32)
+            d["col_counts"] = np.zeros((S, T, M), dtype=np.int32)
+        if self.store_z:
+            d["z"] = np.zeros((S, N), dtype=np.int32)
+        return d
+
+    def init(self, rng=None, run=0):
+        crng = np.random.RandomState(int(self.chain_seeds[run]))
+        if self.z0 is None:
+            z0 = crng.randint(0, self.T, size=self.idx.shape[0])
+        else:
+            z0 = self.z0[run] if self.z0.ndim == 2 else self.z0
+        g = GibbsState(self.idx, self.n_labels, z0, self.T, self.alpha0, self.beta, self.prior)
+        return Chain(g, crng, 0, self._empty_draws())
+
+    def step(self, state: Chain, rng=None) -> Chain:
+        g = gibbs_step(state.gibbs, state.rng, self.n_split_merge,
+                       self.update_hyperparameters, self.hyper_prior)
+        it = state.sweeps
+        state.sweeps += 1
+        state.log_joint = g.log_joint()
+        if it >= self.burn_in and (it - self.burn_in + 1) % self.thin == 0:
+            s, d = state.n_draws, state.draws
+            d["counts"][s] = g.cnt
+            if self.store_counts:
+                d["label_counts"][s] = g.nlk.T
+                d["col_counts"][s] = g.ckm.T
+            d["log_joint"][s] = state.log_joint
+            d["n_occupied"][s] = np.count_nonzero(g.cnt)
+            d["alpha0"][s] = g.alpha0
+            d["beta"][s] = g.beta
+            if self.store_z:
+                d["z"][s] = g.z
+            state.n_draws += 1
+        return state
+
+    def objective(self, state: Chain) -> float:
+        return state.log_joint
+
+    def info(self, state: Chain) -> dict:
+        return {"draws": state.n_draws, "gibbs": state.gibbs, "chain_seeds": self.chain_seeds}
+
+
+class _OneChain(Engine):
+    """Chain ``c`` of ``engine`` as a single-run engine (for running chains on threads)."""
+
+    def __init__(self, engine, c):
+        self.engine, self.c = engine, c
+
+    def init(self, rng=None, run=0):
+        return self.engine.init(rng, self.c)
+
+    def step(self, state, rng=None):
+        return self.engine.step(state, rng)
+
+    def objective(self, state):
+        return self.engine.objective(state)
 
 
 def _default_split_merge(n_points):
-    """Split-merge proposals per sweep for ``n_split_merge="auto"``: 20, enough for the
-    cluster-level moves to mix, and cheap beside a sweep for any N."""
+    """Split-merge proposals (and group moves) per sweep for ``n_split_merge="auto"``:
+    20, enough for the cluster-level moves to mix on the benchmark ensembles
+    (``experiments/nbce_mixing.py``), and cheap beside a sweep for any N."""
     return 20 if n_points >= 2 else 0
 
 
@@ -1065,15 +1159,18 @@ def gibbs_nbce(
     store_counts="auto",
     verbose=False,
     callback=None,
+    checkpoint=None,
+    checkpoint_every=10,
     resume=None,
 ):
-    """Run ``n_chains`` collapsed Gibbs chains for NBCE.
+    """Run ``n_chains`` collapsed Gibbs chains for NBCE (:class:`GibbsChains` under the driver).
 
     Each iteration of a chain is a systematic Gibbs sweep over the points,
-    ``n_split_merge`` split-merge Metropolis-Hastings moves (whole clusters split
-    or merged, so the chain can change its number of clusters even when ``beta``
-    is small and single points cannot leave their cluster), adjacent label swaps
-    (TSB) and slice updates of ``alpha0 | z`` and ``beta | x, z``.
+    ``n_split_merge`` split-merge Metropolis-Hastings moves (whole clusters split or
+    merged, so the chain can change its number of clusters even when ``beta`` is
+    small and single points cannot leave their cluster) and as many moves of groups
+    of identical rows, adjacent label swaps (TSB) and slice updates of
+    ``alpha0 | z`` and ``beta | x, z``.
 
     Parameters
     ----------
@@ -1096,14 +1193,14 @@ def gibbs_nbce(
         Split-merge proposals per sweep, and as many moves of groups of identical
         rows (0: single-site Gibbs only).
     n_jobs : int, -1 or None
-        Threads the chains run on (the compiled chains release the GIL).  ``None``
+        Threads the chains run on (the compiled moves release the GIL).  ``None``
         follows numba's thread setting (``numba.set_num_threads`` /
-        ``NUMBA_NUM_THREADS``).  The draws do not depend on it.  With a
-        ``callback`` or ``resume`` the chains run one after the other.
+        ``NUMBA_NUM_THREADS``).  The draws do not depend on it.  With a ``callback``,
+        ``checkpoint`` or ``resume`` the chains run one after the other.
     init : None or int array (N,) or (n_chains, N)
         Initial indicators; default uniform at random over the T components.
     random_state : None, int or RandomState
-        Draws one seed per chain; each chain has its own generator.
+        Draws one seed per chain; each chain then has its own generator.
     store_counts : bool or "auto"
         Keep each draw's ``label_counts`` / ``col_counts`` (T x L and T x M per
         draw).  "auto": only if they take at most 256 MB; otherwise they can be
@@ -1111,17 +1208,12 @@ def gibbs_nbce(
     store_z : bool
         Keep the retained indicator vectors (needed for co-clustering and the
         point consensus).
-    callback : callable or None
-        ``callback(state)`` after every sweep; ``state`` is a dict with ``chain``,
-        ``iteration`` (sweeps done in this chain), ``draws`` (retained so far in
-        it), ``gibbs`` (the :class:`GibbsState`), ``rng`` (the chain generator's
-        state), ``chain_seeds``, ``master_rng`` and ``out`` (the arrays being
-        filled).  Returning ``False`` stops the run (``out["stopped"]`` is then True).
-    resume : dict or None
-        Such a state: the run continues from it and every later sweep is the
-        same as in the uninterrupted run.  (numba's generator, used inside a
-        sweep, is re-seeded from the chain's generator before every sweep, so the
-        whole chain is a function of that state.)
+    callback, checkpoint, checkpoint_every, resume
+        As in :func:`consensuskit.inference.driver.fit`: the snapshot after every sweep
+        has ``chain``, ``iteration`` (sweeps done in this chain), ``draws`` (retained so
+        far in it), ``gibbs`` (the :class:`GibbsState`), ``state`` (the :class:`Chain`),
+        ``chain_seeds`` and ``rng`` (the generator's state).  A resumed run's later
+        sweeps are those of the uninterrupted run.
 
     Returns
     -------
@@ -1130,10 +1222,12 @@ def gibbs_nbce(
         ``label_counts`` (C, S, T, L) int32, ``col_counts`` (C, S, T, M) int32
         (if stored, see ``store_counts``),
         ``log_joint`` (C, S), ``n_occupied`` (C, S), ``alpha0`` (C, S), ``beta`` (C, S);
-        ``move_stats`` (C, 7) int64: accepted splits, accepted merges, proposed
-        splits, proposed merges, splits impossible for want of an empty component,
-        slice updates that kept the old value, group moves that changed a component;
-        and ``prior``, ``truncation``, ``n_labels``.
+        ``log_joint_trace`` (C, sweeps) (every sweep, burn-in included);
+        ``n_draws`` (C,) draws retained per chain; ``move_stats`` (C, 7) int64: accepted
+        splits, accepted merges, proposed splits, proposed merges, splits impossible for
+        want of an empty component, slice updates that kept the old value, group moves
+        that changed a component; ``stopped`` (the callback stopped the run); and
+        ``prior``, ``truncation``, ``n_labels``.
     """
     prior_obj = get_prior(prior)
     rng = check_random_state(random_state)
@@ -1147,107 +1241,48 @@ def gibbs_nbce(
     n_sm = _default_split_merge(N) if n_split_merge == "auto" else int(n_split_merge)
     if n_sm < 0:
         raise ValueError(f"n_split_merge must be >= 0 or 'auto'; got {n_split_merge!r}")
-    hp = np.asarray(hyper_prior, dtype=np.float64).reshape(4)
-    out = {
-        "counts": np.zeros((C, S, T), dtype=np.int64),
-        "log_joint": np.zeros((C, S)),
-        "n_occupied": np.zeros((C, S), dtype=np.int64),
-        "alpha0": np.zeros((C, S)),
-        "beta": np.zeros((C, S)),
-        "move_stats": np.zeros((C, 7), dtype=np.int64),
-    }
+    workers = _resolve_n_jobs(n_jobs, C)
     if store_counts == "auto":
         store_counts = C * S * T * (L + M) * 4 <= 256 * 2**20
-    store_counts = bool(store_counts)
-    if store_counts:
-        out["label_counts"] = np.zeros((C, S, T, L), dtype=np.int32)
-        out["col_counts"] = np.zeros((C, S, T, M), dtype=np.int32)
-    if store_z:
-        out["z"] = np.zeros((C, S, N), dtype=np.int32)
-    total = burn_in + S * thin
-    c0 = 0
-    if resume is not None:
-        for key, value in resume["out"].items():
-            out[key] = np.array(value, copy=True)
+    chain_seeds = rng.randint(0, 2**31 - 1, size=C)
+    if resume is not None and "chain_seeds" in resume:
         chain_seeds = np.asarray(resume["chain_seeds"])
-        rng.set_state(resume["master_rng"])
-        c0 = int(resume["chain"])
+    engine = GibbsChains(idx, n_labels, T, prior=prior_obj, alpha0=alpha0, beta=beta,
+                         update_hyperparameters=update_hyperparameters,
+                         hyper_prior=hyper_prior, n_samples=S, burn_in=burn_in, thin=thin,
+                         init=init, store_z=store_z, store_counts=store_counts,
+                         n_split_merge=n_sm, chain_seeds=chain_seeds)
+    total = burn_in + S * thin
+    sequential = (workers == 1 or callback is not None or checkpoint is not None
+                  or resume is not None)
+    if sequential:
+        fit = drive(engine, max_iter=total, n_runs=C, tol=None, rng=rng, select="all",
+                    callback=callback, checkpoint=checkpoint,
+                    checkpoint_every=checkpoint_every, resume=resume, progress=verbose,
+                    desc="NBCE Gibbs", run_name="chain", unit="sweep")
+        runs, stopped = fit.runs, fit.stopped
     else:
-        chain_seeds = rng.randint(0, 2**31 - 1, size=C)
-    master_state = rng.get_state()
-    out["stopped"] = False
-    bar = tqdm(total=C * total, disable=not verbose, desc="NBCE Gibbs", unit="sweep")
-    dummy = np.zeros((S, 0, 0), dtype=np.int32)  # stands for arrays not stored
-    dummy_z = np.zeros((S, 0), dtype=np.int32)
+        def one(c):
+            return drive(_OneChain(engine, c), max_iter=total, n_runs=1, tol=None,
+                         select="all", progress=verbose, desc=f"NBCE Gibbs chain {c + 1}",
+                         unit="sweep").runs[0]
 
-    def start(c):
-        """(state, chain generator, sweeps done, draws retained) of chain c."""
-        if resume is not None and c == c0:
-            crng = np.random.RandomState()
-            crng.set_state(resume["rng"])
-            bar.update(int(resume["iteration"]))
-            return (copy.deepcopy(resume["gibbs"]), crng, int(resume["iteration"]),
-                    int(resume["draws"]))
-        crng = np.random.RandomState(int(chain_seeds[c]))
-        if init is None:
-            z0 = crng.randint(0, T, size=N)
-        else:
-            z0 = np.asarray(init)
-            z0 = z0[c] if z0.ndim == 2 else z0
-        return GibbsState(idx, n_labels, z0, T, alpha0, beta, prior_obj), crng, 0, 0
-
-    def block(c, st, crng, it, s, n):
-        seeds = crng.randint(0, 2**31 - 1, size=n)
-        s = _run_block(
-            st.idx, st.z, st.cnt, st.nlk, st.num, st.ckm, st.invden, st.Jbeta, st.inv1a,
-            st.hyp, st.n_labels, st.prior_code, n_sm, bool(update_hyperparameters), hp,
-            st.stats, st.group_ptr, st.group_rows, seeds, it, burn_in, thin, s, store_counts,
-            bool(store_z),
-            out["counts"][c], out["label_counts"][c] if store_counts else dummy,
-            out["col_counts"][c] if store_counts else dummy, out["log_joint"][c],
-            out["n_occupied"][c], out["alpha0"][c], out["beta"][c],
-            out["z"][c] if store_z else dummy_z,
-        )
-        out["move_stats"][c] = st.stats
-        bar.update(n)
-        return s
-
-    def run_chain(c):
-        st, crng, it, s = start(c)
-        step = max(1, min(total, 100))
-        while it < total:
-            n = min(step, total - it)
-            s = block(c, st, crng, it, s, n)
-            it += n
-
-    def run_chain_with_callback(c):
-        st, crng, it, s = start(c)
-        while it < total:
-            s = block(c, st, crng, it, s, 1)
-            it += 1
-            if callback(
-                {"chain": c, "iteration": it, "draws": s, "gibbs": st,
-                 "rng": crng.get_state(), "chain_seeds": chain_seeds,
-                 "master_rng": master_state, "out": out}
-            ) is False:
-                return False
-        return True
-
-    if callback is not None:
-        for c in range(c0, C):
-            if not run_chain_with_callback(c):
-                out["stopped"] = True
-                break
-    else:
-        workers = _resolve_n_jobs(n_jobs, C - c0) if resume is None else 1
-        if workers == 1:
-            for c in range(c0, C):
-                run_chain(c)
-        else:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                list(pool.map(run_chain, range(c0, C)))
-    bar.close()
-    out.update(prior=prior_obj.name, truncation=T, n_labels=np.asarray(n_labels, dtype=np.int64))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            runs = list(pool.map(one, range(C)))
+        stopped = False
+    empty = engine._empty_draws()
+    out = {key: np.zeros((C,) + v.shape, dtype=v.dtype) for key, v in empty.items()}
+    out["log_joint_trace"] = np.full((C, total), np.nan)
+    out["n_draws"] = np.zeros(C, dtype=np.int64)
+    out["move_stats"] = np.zeros((C, 7), dtype=np.int64)
+    for c, run in enumerate(runs):
+        for key, v in run.params.draws.items():
+            out[key][c] = v
+        out["log_joint_trace"][c, :len(run.objectives)] = run.objectives
+        out["n_draws"][c] = run.params.n_draws
+        out["move_stats"][c] = run.params.gibbs.stats
+    out.update(stopped=stopped, prior=prior_obj.name, truncation=T,
+               n_labels=np.asarray(n_labels, dtype=np.int64))
     return out
 
 
