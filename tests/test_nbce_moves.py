@@ -203,3 +203,23 @@ def test_get_prior():
     assert get_prior(get_prior("fsd")) is get_prior("fsd")
     with pytest.raises(ValueError, match="tsb"):
         get_prior("dp")
+
+
+def test_estimator_reports_moves_and_honours_n_jobs(rng):
+    import consensuskit as ck
+
+    X = np.repeat(rng.integers(0, 3, size=(12, 6)), 5, axis=0)  # groups of identical rows
+    kw = dict(truncation=8, n_samples=10, burn_in=10, n_chains=2, random_state=3)
+    a = ck.NBCE(n_jobs=1, **kw).fit(X)
+    b = ck.NBCE(n_jobs=2, **kw).fit(X)
+    np.testing.assert_array_equal(a.samples_["z"], b.samples_["z"])
+    st = a.split_merge_stats_
+    assert st["splits_proposed"] + st["merges_proposed"] + \
+        st["splits_without_empty_component"] == 2 * 20 * 20
+    assert st["group_moves_changed"] > 0
+    assert a.n_slice_kept_ == 0
+    off = ck.NBCE(n_split_merge=0, **kw).fit(X)
+    assert sum(off.split_merge_stats_.values()) == 0
+    for bad in (dict(n_jobs=0), dict(n_split_merge=-1), dict(n_split_merge="many")):
+        with pytest.raises((ValueError, TypeError)):
+            ck.NBCE(**bad).fit(X)

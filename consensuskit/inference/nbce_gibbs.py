@@ -36,13 +36,40 @@ components after the last occupied one have geometric prior weights, sampled
 exactly as a truncated geometric.  No logarithm and no exponential per point.
 Missing labels simply skip their column.
 
+Group moves
+-----------
+With ``beta`` sampled, ``beta`` drifts to about 0.01 on ensembles of k-means
+partitions; every ``z_i`` is then nearly determined by its cluster, and single-site
+moves cannot change the number of clusters (chains sat at 6-9 clusters, 30 nats
+apart).  Each iteration therefore adds moves of whole groups, both exact for the
+truncated priors over *labelled* components:
+
+* sequentially-allocated split-merge Metropolis-Hastings (Dahl 2003,
+  :func:`_split_merge`): a split puts a new group on an empty component chosen
+  uniformly, a merge keeps the second point's component; the acceptance ratio has
+  the prior ratio (:func:`_log_prior_nb`), the two groups' Dirichlet-multinomial
+  likelihoods, the allocation probability and the number of empty components;
+* Gibbs moves of groups of identical rows (:func:`_block_moves`): a group that sits
+  in one component is moved as a whole, from its exact conditional.
+
+Both are checked by exact enumeration (``tests/test_nbce_moves.py``) and by SBC
+(``tests/test_sbc_nbce.py``); ``experiments/nbce_mixing.py`` measures the mixing.
+
 Hyper-parameters
 ----------------
 ``alpha0`` and ``beta`` are either fixed or updated once per sweep by
-univariate slice sampling (stepping out, on the log scale) from their
-conditional given ``z``:  ``p(alpha0 | z) ∝ p(z | alpha0) Gamma(alpha0; a, b)``
-and ``p(beta | x, z) ∝ p(x | z, beta) Gamma(beta; a, b)``, with Gamma(shape=1,
-rate=1) priors by default (``hyper_prior``).
+univariate slice sampling (Neal 2003: stepping out by at most 50 intervals, on the
+log scale; compiled, :func:`_slice_log_nb`) from their conditional given ``z``:
+``p(alpha0 | z) ∝ p(z | alpha0) Gamma(alpha0; a, b)`` and ``p(beta | x, z) ∝
+p(x | z, beta) Gamma(beta; a, b)``, with Gamma(shape=1, rate=1) priors by default
+(``hyper_prior``).  An update whose shrinkage finds no point in 200 steps keeps the
+old value and is counted (``move_stats``; the estimator warns).
+
+Chains
+------
+Each chain has its own generator, seeded once from ``random_state``, so the chains
+run on threads (``n_jobs``; the compiled iteration releases the GIL) and give the same
+draws for any number of threads.
 """
 
 from __future__ import annotations
