@@ -47,10 +47,9 @@ import torch
 from ..ensemble import LabelData
 from ..inference import bce_cavi as cavi
 from ..inference.driver import Engine
-from ..inference.driver import fit as drive
 from .comm import Comm
-from .common import EMConfig, progress
-from .row import iteration_hook
+from .common import EMConfig
+from .row import drive_ranks
 
 __all__ = ["fit_columns", "ColumnCAVI", "COORDINATOR"]
 
@@ -172,7 +171,7 @@ def fit_columns(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, hook
     ``column/gamma`` broadcast (K, N) and ``column/phi_sum`` reduce (K, N), then
     ``column/bound_terms`` reduce (2,) and ``column/control`` broadcast (2,).
     """
-    t_start, c_start = time.perf_counter(), time.process_time()
+    t0 = time.perf_counter(), time.process_time()
     K = cfg.n_clusters
     dtype = data.n_observed_rows.dtype
     N = data.n_rows
@@ -199,12 +198,4 @@ def fit_columns(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, hook
             raise ValueError(f"beta0 for rank {comm.rank} has shape {tuple(b.shape)}; "
                              f"expected ({K}, {data.n_total_labels})")
     engine = ColumnCAVI(comm, data, cfg, alpha0, beta0s, V.to(dtype), N)
-    bar = progress(cfg, comm.rank, f"BCE column-distributed (P={comm.world_size})")
-    try:
-        fit = drive(engine, max_iter=cfg.max_iter, n_runs=len(beta0s), tol=cfg.tol,
-                    callback=iteration_hook(comm, hook, bar))
-    finally:
-        if bar is not None:
-            bar.close()
-    return fit, {"total": time.perf_counter() - t_start, "comm": comm.comm_seconds,
-                 "cpu": time.process_time() - c_start}
+    return drive_ranks(comm, engine, cfg, len(beta0s), hook, "BCE column-distributed", t0)

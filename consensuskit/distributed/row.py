@@ -68,10 +68,14 @@ def _local_bound(alpha, beta, gamma, phi_sum, stats, plogp):
     return cavi.lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=0.0)
 
 
-def iteration_hook(comm: Comm, hook, bar):
-    """The driver's callback on a rank: tick the progress bar, call the test hook."""
-    if hook is None and bar is None:
-        return None
+def drive_ranks(comm: Comm, engine, cfg: EMConfig, n_runs: int, hook, desc: str, t0):
+    """Run ``engine`` on this rank under the one fit driver: ``n_runs`` restarts, a
+    progress bar on rank 0, ``hook(rank, iteration)`` after every iteration.  Every rank
+    sees the same objectives, so all take the same stopping and restart decisions.
+
+    Returns ``(Fit, seconds)``; ``t0`` = ``(perf_counter, process_time)`` at the start.
+    """
+    bar = progress(cfg, comm.rank, f"{desc} (P={comm.world_size})")
 
     def callback(snapshot):
         if bar is not None:
@@ -79,7 +83,14 @@ def iteration_hook(comm: Comm, hook, bar):
         if hook is not None:
             hook(comm.rank, snapshot["iteration"])
 
-    return callback
+    try:
+        fit = drive(engine, max_iter=cfg.max_iter, n_runs=n_runs, tol=cfg.tol,
+                    callback=callback if (hook is not None or bar is not None) else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    return fit, {"total": time.perf_counter() - t0[0], "comm": comm.comm_seconds,
+                 "cpu": time.process_time() - t0[1]}
 
 
 def fit_rows_exact(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, hook=None):
@@ -113,7 +124,7 @@ def fit_rows_exact(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, h
     Messages per iteration: ``row/suffstats`` all-reduce of ``K * (L + 1)``
     floats and ``row/bound`` all-reduce of one float.
     """
-    t_start, c_start = time.perf_counter(), time.process_time()
+    t0 = time.perf_counter(), time.process_time()
     dtype = data.n_observed_rows.dtype
     comm.set_phase("setup")
     N, alpha_cap = row_setup(comm, data, cfg)
@@ -128,15 +139,7 @@ def fit_rows_exact(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, h
                        smoothing=cfg.smoothing, alpha_cap=alpha_cap, newton_tol=cfg.newton_tol,
                        chunk_size=cfg.chunk_size, n_rows=N,
                        reduce=lambda t, name: comm.all_reduce(t, name))
-    bar = progress(cfg, comm.rank, f"BCE row-distributed (P={comm.world_size})")
-    try:
-        fit = drive(engine, max_iter=cfg.max_iter, n_runs=len(beta0s), tol=cfg.tol,
-                    callback=iteration_hook(comm, hook, bar))
-    finally:
-        if bar is not None:
-            bar.close()
-    return fit, {"total": time.perf_counter() - t_start, "comm": comm.comm_seconds,
-                 "cpu": time.process_time() - c_start}
+    return drive_ranks(comm, engine, cfg, len(beta0s), hook, "BCE row-distributed", t0)
 
 
 def fit_rows_sequential(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s,
