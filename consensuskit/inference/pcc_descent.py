@@ -304,6 +304,26 @@ def _update_gradient_row(G, i, u, v, yold, wold, wnew, du, dv, K):
     G[i, v] += wnew * dv
 
 
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _record(trace, n_rec, f, it, record_every):
+    """Keep the objective every ``record_every`` steps while ``trace`` has room."""
+    if it % record_every == 0 and n_rec < trace.size:
+        trace[n_rec] = f
+        n_rec += 1
+    return n_rec
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _all_directions(G, Y, n, K):
+    """The best pair direction ``(gap, u, v)`` of every row, arrays (n,)."""
+    gap = np.empty(n)
+    U = np.empty(n, np.int64)
+    V = np.empty(n, np.int64)
+    for j in range(n):
+        gap[j], U[j], V[j] = _best_direction(G, Y, j, K)
+    return gap, U, V
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _dense_init(Y, C, NN, div):
     n, K = Y.shape
@@ -329,11 +349,7 @@ def _dense_init(Y, C, NN, div):
             if w != 0.0:
                 for k in range(K):
                     G[j, k] += w * Y[i, k]
-    gap = np.empty(n)
-    U = np.empty(n, np.int64)
-    V = np.empty(n, np.int64)
-    for j in range(n):
-        gap[j], U[j], V[j] = _best_direction(G, Y, j, K)
+    gap, U, V = _all_directions(G, Y, n, K)
     return A, G, gap, U, V, f
 
 
@@ -396,9 +412,7 @@ def _dense_run(Y, C, NN, A, G, gap, U, V, div, f, n_steps, tol_abs, xtol, record
         gap[J], U[J], V[J] = _best_direction(G, Y, J, K)
         f += df
         steps += 1
-        if (it0 + steps) % record_every == 0 and n_rec < trace.size:
-            trace[n_rec] = f
-            n_rec += 1
+        n_rec = _record(trace, n_rec, f, it0 + steps, record_every)
     return f, steps, status, n_rec
 
 
@@ -427,11 +441,7 @@ def _pairs_init(Y, ec, en, indptr, nbr, div):
             if w != 0.0:
                 for k in range(K):
                     G[j, k] += w * Y[i, k]
-    gap = np.empty(n)
-    U = np.empty(n, np.int64)
-    V = np.empty(n, np.int64)
-    for j in range(n):
-        gap[j], U[j], V[j] = _best_direction(G, Y, j, K)
+    gap, U, V = _all_directions(G, Y, n, K)
     heap = np.empty(n, np.int64)
     where = np.empty(n, np.int64)
     _heap_build(heap, where, gap)
@@ -501,9 +511,7 @@ def _pairs_run(Y, ec, en, ea, indptr, nbr, rev, G, gap, U, V, heap, where, div, 
         _heap_set(heap, where, gap, J, gval)
         f += df
         steps += 1
-        if (it0 + steps) % record_every == 0 and n_rec < trace.size:
-            trace[n_rec] = f
-            n_rec += 1
+        n_rec = _record(trace, n_rec, f, it0 + steps, record_every)
     return f, steps, status, n_rec
 
 
