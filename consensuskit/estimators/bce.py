@@ -212,8 +212,8 @@ class BCE(GenerativeMixin, ConsensusEstimator):
             warnings.warn(
                 f"every {type(self).__name__} restart ran into the degenerate optimum "
                 "(sum(alpha) grew past 10 times the most (weighted) labels of a row); "
-                "returning the best bound. Try init='random' or another random_state, more "
-                "n_init or fewer n_clusters.", RuntimeWarning, stacklevel=4)
+                "returning the best bound. Try another random_state, more n_init or fewer "
+                "n_clusters.", RuntimeWarning, stacklevel=4)
         self._alpha_t = state.alpha.detach()
         self._beta_t = state.beta.detach()
         if device is not None:
