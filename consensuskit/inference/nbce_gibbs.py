@@ -339,6 +339,21 @@ def _draw_many(n, n_draws, idx, cnt, num, invden, inv1a, a0, afsd, prior):
 
 
 @numba.njit(cache=True, fastmath=True)
+def _sample_index(w, n):
+    """Index ``k < n`` drawn with probability ``w[k] / sum(w[:n])`` (numba's generator)."""
+    tot = 0.0
+    for k in range(n):
+        tot += w[k]
+    u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded by _seed
+    acc = 0.0
+    for k in range(n):
+        acc += w[k]
+        if u < acc:
+            return k
+    return n - 1
+
+
+@numba.njit(cache=True, fastmath=True)
 def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, prior, n_sweeps):
     N = idx.shape[0]
     K = cnt.shape[0]
@@ -358,17 +373,7 @@ def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, pr
                 knew = _draw_compact(ns, tail, last, n_empty, w, occ, cnt, a0, inv1a, prior)
             else:
                 _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w, occ, lik)
-                tot = 0.0
-                for k in range(K):
-                    tot += w[k]
-                u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded by _seed
-                knew = K - 1
-                acc = 0.0
-                for k in range(K):
-                    acc += w[k]
-                    if u < acc:
-                        knew = k
-                        break
+                knew = _sample_index(w, K)
             z[n] = knew
             _move(n, knew, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
 
@@ -701,18 +706,9 @@ def _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr
         for k in range(1, K):
             if lw[k] > mx:
                 mx = lw[k]
-        tot = 0.0
         for k in range(K):
             lw[k] = math.exp(lw[k] - mx)
-            tot += lw[k]
-        u = np.random.random() * tot  # noqa: NPY002
-        knew = K - 1
-        acc = 0.0
-        for k in range(K):
-            acc += lw[k]
-            if u < acc:
-                knew = k
-                break
+        knew = _sample_index(lw, K)
         if knew != c:
             stats[6] += 1
         for q in range(bptr[g], bptr[g + 1]):
