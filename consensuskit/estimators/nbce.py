@@ -96,8 +96,9 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
     n_samples, burn_in, thin, n_chains : int
         Gibbs: retained draws per chain, discarded sweeps, thinning, chains.
     n_split_merge : int or "auto", default "auto"
-        Gibbs: split-merge Metropolis-Hastings proposals per sweep ("auto": 20;
-        0 turns the group moves off and leaves single-site Gibbs).
+        Gibbs: split-merge Metropolis-Hastings proposals, and moves of groups of
+        identical rows, per sweep ("auto": 20 up to 10^4 rows, then ``2e5 / N``, at
+        least 2; 0 turns the group moves off and leaves single-site Gibbs).
     n_jobs : int, -1 or None, default None
         Gibbs: threads the chains run on; None follows numba's thread setting
         (``numba.set_num_threads`` / ``NUMBA_NUM_THREADS``).  The draws do not

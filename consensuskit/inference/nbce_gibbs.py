@@ -1140,10 +1140,16 @@ class _OneChain(Engine):
 
 
 def _default_split_merge(n_points):
-    """Split-merge proposals (and group moves) per sweep for ``n_split_merge="auto"``:
-    20, enough for the cluster-level moves to mix on the benchmark ensembles
-    (``experiments/nbce_mixing.py``), and cheap beside a sweep for any N."""
-    return 20 if n_points >= 2 else 0
+    """Split-merge proposals (and group moves) per sweep for ``n_split_merge="auto"``.
+
+    20 up to N = 10^4, enough for the cluster-level moves to mix on the benchmark
+    ensembles (``experiments/nbce_mixing.py``); above, ``2e5 / N`` (at least 2), since a
+    proposal allocates every point of two clusters: at N = 1e5, M = 20 twenty
+    proposals cost about ten sweeps, two about one.
+    """
+    if n_points < 2:
+        return 0
+    return int(min(20, max(2, round(2e5 / n_points))))
 
 
 def _resolve_n_jobs(n_jobs, n_chains):
