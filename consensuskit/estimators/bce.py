@@ -16,6 +16,7 @@ from ..base import (
     check_n_clusters,
     check_positive_float,
     check_positive_int,
+    degenerate_advice,
     resolve_device,
     resolve_dtype,
     torch_generator,
@@ -261,8 +262,8 @@ class BCE(GenerativeMixin, ConsensusEstimator):
                 warnings.warn(
                     "every BCE restart ran into the degenerate optimum (sum(alpha) grew past "
                     f"{10 * int(ensemble.mask.sum(1).max())}, 10x the most labels of a row); "
-                    "returning the best bound. Try init='kmeans', more n_init or fewer "
-                    "n_clusters.", RuntimeWarning, stacklevel=3)
+                    "returning the best bound. "
+                    + degenerate_advice(self.init, self.n_init, K), RuntimeWarning, stacklevel=3)
             self.n_degenerate_ = sum(r["degenerate"] for r in runs)
         gamma = res["gamma"]
         self._alpha_t = res["alpha"].detach()

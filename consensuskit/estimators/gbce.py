@@ -13,6 +13,7 @@ from ..base import (
     check_n_clusters,
     check_positive_float,
     check_positive_int,
+    degenerate_advice,
     resolve_device,
     resolve_dtype,
 )
@@ -299,8 +300,8 @@ class GBCE(BCE):
         if degenerate_all:
             warnings.warn(
                 "every GBCE restart ran into the degenerate optimum (sum(alpha) grew past "
-                "10 times the largest weighted row count); returning the best bound. Try "
-                "init='kmeans', more n_init or fewer n_clusters.", RuntimeWarning, stacklevel=3)
+                "10 times the largest weighted row count); returning the best bound. "
+                + degenerate_advice(self.init, self.n_init, K), RuntimeWarning, stacklevel=3)
         self.n_degenerate_ = sum(r["degenerate"] for r in runs)
         self._alpha_t = res["alpha"].detach()
         self._beta_t = res["beta"].detach()
