@@ -71,7 +71,7 @@ def degenerate_advice(init: str, n_init: int, n_clusters: int) -> str:
         tips.append("init='kmeans' (the default)")
     if n_clusters > 2:
         tips.append(f"fewer clusters than n_clusters={n_clusters}")
-    tips.append(f"more restarts than n_init={n_init}")
+    tips.append(f"more restarts than n_init={n_init} or another random_state")
     return ("The base clusterings may share too little structure for a consensus: check "
             "that every column clusters the same rows in the same order (no ID column, no "
             "shuffled rows), or try " + ", ".join(tips) + ", or MM, which has no alpha to "

@@ -195,7 +195,7 @@ def test_cvb_update_at_onehot_q_is_the_gibbs_conditional(prior, rng):
     )
     out = cvb_nbce(idx, ens.n_labels, T, prior=prior, alpha0=a0, beta=b, max_iter=1,
                    block_size=ens.n_samples, init_gamma=G)
-    gam = out["gamma"].numpy()
+    gam = out.params.gamma.numpy()
     for n in range(ens.n_samples):
         np.testing.assert_allclose(gam[n], _brute_conditional(ens, z, n, T, a0, b, prior),
                                    rtol=1e-9, atol=1e-12)
@@ -285,11 +285,11 @@ def test_vb_bound_never_decreases(update, incomplete_labels):
     g = torch.Generator().manual_seed(3)
     out = vb_nbce(ens.offset_index(), ens.n_labels, 8, alpha0=2.0, beta=0.3,
                   update_hyperparameters=update, max_iter=300, tol=1e-12, generator=g)
-    lb = np.asarray(out["lower_bounds"])
+    lb = np.asarray(out.objectives)
     assert lb.size > 5
     assert np.all(np.diff(lb) >= -1e-9 * np.abs(lb[1:])), np.diff(lb).min()
     if update:
-        assert out["alpha0"] != 2.0 and out["beta"] != 0.3
+        assert out.params.alpha0 != 2.0 and out.params.beta != 0.3
 
 
 def test_vb_bound_equals_pyro_elbo(rng):
@@ -303,7 +303,7 @@ def test_vb_bound_equals_pyro_elbo(rng):
                   update_hyperparameters=False, max_iter=5, generator=g)
     idx = ens.offset_index()
     X, Xt = onehot_tensor(idx, ens.n_total_labels, torch.float64, "cpu")
-    gamma, xi, rho = out["gamma"], out["xi"], out["rho"]
+    gamma, xi, rho = out.params.gamma, out.params.xi, out.params.rho
     col_of = torch.as_tensor(np.repeat(np.arange(ens.n_partitions), ens.n_labels))
     ours = vb_bound(torch.sparse.mm(Xt, gamma), xi, rho, gamma, a0, b,
                     torch.as_tensor(ens.n_labels), col_of)
@@ -332,8 +332,8 @@ def test_cvb_runs_both_priors_and_converges(rng):
     for prior in PRIORS:
         out = cvb_nbce(ens.offset_index(), ens.n_labels, 6, prior=prior, max_iter=300,
                        tol=1e-6, generator=torch.Generator().manual_seed(0))
-        assert out["converged"]
-        np.testing.assert_allclose(out["gamma"].sum(1).numpy(), 1.0)
+        assert out.converged
+        np.testing.assert_allclose(out.params.gamma.sum(1).numpy(), 1.0)
 
 
 # ---------------------------------------------------------------------------

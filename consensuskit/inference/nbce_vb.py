@@ -22,13 +22,19 @@ not decrease).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from scipy.special import digamma, gammaln, polygamma
-from tqdm.auto import tqdm
 
-__all__ = ["vb_nbce", "vb_bound", "newton_max_log", "onehot_tensor"]
+from .driver import Engine
+from .driver import fit as drive
+
+__all__ = [
+    "VB", "VBState", "vb_nbce", "vb_bound", "newton_max_log", "onehot_tensor",
+    "random_responsibilities",
+]
 
 
 def onehot_tensor(idx, L, dtype, device):
@@ -109,6 +115,94 @@ def vb_bound(stats, xi, rho, gamma, alpha0, beta, n_labels_t, col_of_t):
     return float(val)
 
 
+@dataclass
+class VBState:
+    """Variational parameters of NBCE-FSD: ``gamma`` (N, T) = q(z), ``xi`` (T,) = q(pi),
+    ``rho`` (T, L) = q(theta*), the hyper-parameters and the bound of this state."""
+
+    gamma: torch.Tensor
+    xi: torch.Tensor | None
+    rho: torch.Tensor | None
+    alpha0: float
+    beta: float
+    bound: float = math.nan
+
+
+def random_responsibilities(N, T, generator, dtype, device):
+    """Uniform draws from the simplex (normalised exponentials), (N, T).
+
+    Drawn in float64 so that float32 and float64 runs start from the same point.
+    """
+    e = -torch.log(torch.rand(N, T, generator=generator, dtype=torch.float64))
+    return (e / e.sum(1, keepdim=True)).to(device=device, dtype=dtype)
+
+
+class VB(Engine):
+    """Mean-field VB for NBCE-FSD as an engine of the fit driver; arguments as :func:`vb_nbce`.
+
+    One step: ``rho, xi | gamma``, then (optionally) ``alpha0, beta`` by Newton, then
+    ``gamma | rho, xi``, then the bound (module docstring).
+    """
+
+    def __init__(self, idx, n_labels, truncation, *, alpha0, beta, update_hyperparameters,
+                 generator, dtype, device, init_gamma=None):
+        idx = np.asarray(idx)
+        self.N, self.M = idx.shape
+        self.T = int(truncation)
+        n_labels = np.asarray(n_labels, dtype=np.int64)
+        self.X, self.Xt = onehot_tensor(idx, int(n_labels.sum()), dtype, device)
+        self.col_of_t = torch.as_tensor(np.repeat(np.arange(self.M), n_labels), device=device)
+        self.J_t = torch.as_tensor(n_labels, device=device)
+        self.Jf = n_labels.astype(np.float64)
+        self.alpha0, self.beta = float(alpha0), float(beta)
+        self.update_hyperparameters = update_hyperparameters
+        self.generator, self.dtype, self.device = generator, dtype, device
+        self.init_gamma = init_gamma
+
+    def init(self, rng=None, run=0):
+        if self.init_gamma is None:
+            gamma = random_responsibilities(self.N, self.T, self.generator, self.dtype,
+                                            self.device)
+        else:
+            gamma = torch.as_tensor(self.init_gamma, dtype=self.dtype, device=self.device)
+        return VBState(gamma, None, None, self.alpha0, self.beta)
+
+    def step(self, state: VBState, rng=None) -> VBState:
+        T, M, Jf, col_of_t = self.T, self.M, self.Jf, self.col_of_t
+        gamma, a0, b = state.gamma, state.alpha0, state.beta
+        stats = torch.sparse.mm(self.Xt, gamma)  # (L, T) expected label counts
+        rho = b + stats.T  # (T, L)
+        xi = a0 / T + gamma.sum(0)
+        Elt = torch.special.digamma(rho) - torch.special.digamma(
+            _segment_sum(rho, col_of_t, M)
+        )[:, col_of_t]
+        Elp = torch.special.digamma(xi) - torch.special.digamma(xi.sum())
+        if self.update_hyperparameters:
+            s_pi = float(Elp.sum())
+            a0 = newton_max_log(
+                lambda a, s=s_pi: gammaln(a) - T * gammaln(a / T) + (a / T - 1.0) * s,
+                lambda a, s=s_pi: digamma(a) - digamma(a / T) + s / T,
+                lambda a: polygamma(1, a) - polygamma(1, a / T) / T,
+                a0,
+            )
+            s_th = float(Elt.sum())
+            b = newton_max_log(
+                lambda x, s=s_th: T * np.sum(gammaln(Jf * x) - Jf * gammaln(x)) + (x - 1.0) * s,
+                lambda x, s=s_th: T * np.sum(Jf * digamma(Jf * x) - Jf * digamma(x)) + s,
+                lambda x: T * np.sum(Jf**2 * polygamma(1, Jf * x) - Jf * polygamma(1, x)),
+                b,
+            )
+        logits = torch.sparse.mm(self.X, Elt.T) + Elp[None, :]
+        gamma = torch.softmax(logits, dim=1)
+        stats = torch.sparse.mm(self.Xt, gamma)
+        # the bound of (xi, rho) fitted to the previous gamma and this gamma
+        bound = vb_bound(stats, xi, rho, gamma, a0, b, self.J_t, col_of_t)
+        return VBState(gamma, xi, rho, a0, b, bound)
+
+    def objective(self, state: VBState) -> float:
+        return state.bound
+
+
 def vb_nbce(
     idx,
     n_labels,
@@ -125,7 +219,7 @@ def vb_nbce(
     verbose=False,
     init_gamma=None,
 ):
-    """Run CAVI for NBCE-FSD.
+    """Run CAVI for NBCE-FSD (:class:`VB` under the fit driver).
 
     Parameters
     ----------
@@ -144,66 +238,12 @@ def vb_nbce(
 
     Returns
     -------
-    dict: ``gamma`` (N, T), ``xi`` (T,), ``rho`` (T, L), ``alpha0``, ``beta``,
-    ``lower_bounds`` (list, one per iteration), ``n_iter``, ``converged``.
+    Run
+        ``params`` a :class:`VBState` (``gamma`` (N, T), ``xi`` (T,), ``rho`` (T, L),
+        ``alpha0``, ``beta``); ``objectives`` the bound per iteration; ``n_iter``,
+        ``converged``.
     """
-    idx = np.asarray(idx)
-    N, M = idx.shape
-    T = int(truncation)
-    n_labels = np.asarray(n_labels, dtype=np.int64)
-    L = int(n_labels.sum())
-    X, Xt = onehot_tensor(idx, L, dtype, device)
-    col_of_t = torch.as_tensor(np.repeat(np.arange(M), n_labels), device=device)
-    J_t = torch.as_tensor(n_labels, device=device)
-    Jf = n_labels.astype(np.float64)
-    if init_gamma is None:  # uniform draws from the simplex (normalised exponentials)
-        # drawn in float64 so that float32 and float64 runs start from the same point
-        e = -torch.log(torch.rand(N, T, generator=generator, dtype=torch.float64))
-        gamma = (e / e.sum(1, keepdim=True)).to(device=device, dtype=dtype)
-    else:
-        gamma = torch.as_tensor(init_gamma, dtype=dtype, device=device)
-    a0, b = float(alpha0), float(beta)
-    bounds = []
-    converged = False
-    it = 0
-    for it in tqdm(range(1, max_iter + 1), disable=not verbose, desc="NBCE VB"):  # noqa: B007
-        stats = torch.sparse.mm(Xt, gamma)  # (L, T) expected label counts
-        rho = b + stats.T  # (T, L)
-        xi = a0 / T + gamma.sum(0)
-        Elt = torch.special.digamma(rho) - torch.special.digamma(
-            _segment_sum(rho, col_of_t, M)
-        )[:, col_of_t]
-        Elp = torch.special.digamma(xi) - torch.special.digamma(xi.sum())
-        if update_hyperparameters:
-            s_pi = float(Elp.sum())
-            a0 = newton_max_log(
-                lambda a, s=s_pi: gammaln(a) - T * gammaln(a / T) + (a / T - 1.0) * s,
-                lambda a, s=s_pi: digamma(a) - digamma(a / T) + s / T,
-                lambda a: polygamma(1, a) - polygamma(1, a / T) / T,
-                a0,
-            )
-            s_th = float(Elt.sum())
-            b = newton_max_log(
-                lambda x, s=s_th: T * np.sum(gammaln(Jf * x) - Jf * gammaln(x)) + (x - 1.0) * s,
-                lambda x, s=s_th: T * np.sum(Jf * digamma(Jf * x) - Jf * digamma(x)) + s,
-                lambda x: T * np.sum(Jf**2 * polygamma(1, Jf * x) - Jf * polygamma(1, x)),
-                b,
-            )
-        logits = torch.sparse.mm(X, Elt.T) + Elp[None, :]
-        gamma = torch.softmax(logits, dim=1)
-        stats = torch.sparse.mm(Xt, gamma)
-        bounds.append(vb_bound(stats, xi, rho, gamma, a0, b, J_t, col_of_t))
-        if len(bounds) > 1 and abs(bounds[-1] - bounds[-2]) <= tol * abs(bounds[-1]):
-            converged = True
-            break
-    # the last bound is that of (xi, rho) fitted to the previous gamma and this gamma
-    return {
-        "gamma": gamma,
-        "xi": xi,
-        "rho": rho,
-        "alpha0": a0,
-        "beta": b,
-        "lower_bounds": bounds,
-        "n_iter": it,
-        "converged": converged,
-    }
+    engine = VB(idx, n_labels, truncation, alpha0=alpha0, beta=beta,
+                update_hyperparameters=update_hyperparameters, generator=generator,
+                dtype=dtype, device=device, init_gamma=init_gamma)
+    return drive(engine, max_iter=max_iter, tol=tol, progress=verbose, desc="NBCE VB").best
