@@ -37,29 +37,6 @@ import os
 QUICK = os.environ.get("CONSENSUSKIT_QUICK", "1") != "0"
 
 # %%
-import os
-from pathlib import Path
-
-import matplotlib
-import matplotlib.pyplot as plt
-import numpy as np
-import pandas as pd
-import torch
-
-torch.set_num_threads(1)
-FIGURES = Path(os.environ.get("CONSENSUSKIT_FIGURES", "figures"))
-FIGURES.mkdir(parents=True, exist_ok=True)
-
-
-def save(fig, name):
-    """Save a figure as PNG into FIGURES (what the tests check) and return its path."""
-    path = FIGURES / f"{name}.png"
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    return path
-
-
-
-# %%
 if QUICK:
     N_PARTITIONS, N_REPEATS, NBCE_DRAWS = 10, 1, 100
 else:
@@ -74,7 +51,12 @@ K = 3  # number of consensus clusters for the models that need it
 # per base clustering; rows are split into training and held-out rows.
 
 # %%
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
 from consensuskit import datasets, generate, metrics
+from consensuskit.figures import save_figure  # PNG into $CONSENSUSKIT_FIGURES
 
 features, truth = datasets.load("iris")
 X = generate.kmeans_partitions(features, N_PARTITIONS, n_clusters=(2, 6), random_state=0)
@@ -183,7 +165,7 @@ axes[1].set_ylabel("perplexity of the base labels (lower is better)")
 axes[1].set_xlabel("")
 axes[1].set_title("generative models")
 fig.tight_layout()
-save(fig, "quickstart_comparison")
+save_figure(fig, "quickstart_comparison")
 
 # %% [markdown]
 # **Reading the table.** NBCE chooses its own number of clusters (column

@@ -35,29 +35,6 @@ import os
 QUICK = os.environ.get("CONSENSUSKIT_QUICK", "1") != "0"
 
 # %%
-import os
-from pathlib import Path
-
-import matplotlib
-import matplotlib.pyplot as plt
-import numpy as np
-import pandas as pd
-import torch
-
-torch.set_num_threads(1)
-FIGURES = Path(os.environ.get("CONSENSUSKIT_FIGURES", "figures"))
-FIGURES.mkdir(parents=True, exist_ok=True)
-
-
-def save(fig, name):
-    """Save a figure as PNG into FIGURES (what the tests check) and return its path."""
-    path = FIGURES / f"{name}.png"
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    return path
-
-
-
-# %%
 if QUICK:
     N_PARTITIONS, N_CHAINS, N_DRAWS, BURN_IN = 10, 2, 150, 50
 else:
@@ -65,8 +42,12 @@ else:
 
 # %%
 import arviz as az
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
 from consensuskit import NBCE, datasets, generate, metrics
+from consensuskit.figures import save_figure  # PNG into $CONSENSUSKIT_FIGURES
 
 features, truth = datasets.load("iris")
 X = generate.kmeans_partitions(features, N_PARTITIONS, n_clusters=(2, 6), random_state=1)
@@ -90,7 +71,7 @@ var_names = ["log_joint", "n_clusters", "alpha0", "beta"]
 axes = az.plot_trace(idata, var_names=var_names, compact=False, figsize=(12, 8))
 fig = axes.ravel()[0].figure
 fig.tight_layout()
-save(fig, "posterior_trace")
+save_figure(fig, "posterior_trace")
 
 # %%
 summary = az.summary(idata, var_names=var_names)
@@ -132,7 +113,7 @@ ax.set_xlabel("number of occupied clusters")
 ax.set_ylabel("posterior probability")
 ax.set_xticks(range(min(3, counts.index.min()), counts.index.max() + 1))
 ax.legend(fontsize=8)
-save(fig, "posterior_n_clusters")
+save_figure(fig, "posterior_n_clusters")
 per_chain.assign(**{"all chains": counts}).round(3)
 
 # %% [markdown]
@@ -156,7 +137,7 @@ ax.set_title("posterior co-clustering, rows ordered by the point consensus")
 ax.set_xlabel("point")
 ax.set_ylabel("point")
 fig.colorbar(im, ax=ax, label="P(same cluster)")
-save(fig, "posterior_coclustering")
+save_figure(fig, "posterior_coclustering")
 
 # %% [markdown]
 # ## The least certain points
@@ -200,7 +181,7 @@ for ax, values, title in [(axes[0], doubt, "1 - max posterior membership"),
     fig.colorbar(sc, ax=ax)
 axes[0].legend(loc="lower right")
 fig.tight_layout()
-save(fig, "posterior_uncertain_points")
+save_figure(fig, "posterior_uncertain_points")
 top = np.argsort(-doubt, kind="stable")[:10]
 pd.DataFrame({"species": truth[top], "consensus": nbce.labels_[top],
               "1 - max membership": doubt[top], "row entropy": row_entropy[top]},

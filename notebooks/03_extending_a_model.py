@@ -54,40 +54,23 @@ import os
 QUICK = os.environ.get("CONSENSUSKIT_QUICK", "1") != "0"
 
 # %%
-import os
-from pathlib import Path
-
-import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import torch
-
-torch.set_num_threads(1)
-FIGURES = Path(os.environ.get("CONSENSUSKIT_FIGURES", "figures"))
-FIGURES.mkdir(parents=True, exist_ok=True)
-
-
-def save(fig, name):
-    """Save a figure as PNG into FIGURES (what the tests check) and return its path."""
-    path = FIGURES / f"{name}.png"
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    return path
-
-
-
-# %%
 import pyro
 import pyro.distributions as dist
 import pyro.poutine as poutine
+import torch
 from pyro.distributions import constraints
 from pyro.infer import SVI, TraceEnum_ELBO
 from pyro.ops.indexing import Vindex
 
 from consensuskit import BCE, Ensemble, datasets, generate, metrics
 from consensuskit.inference import bce_cavi
+from consensuskit.figures import save_figure  # PNG into $CONSENSUSKIT_FIGURES
 from consensuskit.models import bce
 
+torch.set_num_threads(1)
 torch.set_default_dtype(torch.float64)
 if QUICK:
     N_STEPS, N_SEEDS, IS_SAMPLES = 300, 1, 500
@@ -306,7 +289,7 @@ axes[1].set_ylabel("-ELBO")
 axes[1].set_title("SVI training loss")
 axes[1].legend()
 fig.tight_layout()
-save(fig, "extending_perplexity")
+save_figure(fig, "extending_perplexity")
 
 # %% [markdown]
 # ## Learned reliabilities vs the real quality of each base clustering
@@ -323,7 +306,7 @@ ax.set_ylabel("learned reliability rho_j")
 ax.set_ylim(-0.05, 1.05)
 ax.set_title("reliability vs quality (colour: injected noise level)")
 fig.colorbar(sc, ax=ax, label="fraction of labels replaced")
-save(fig, "extending_reliability")
+save_figure(fig, "extending_reliability")
 print("Spearman correlation rho vs accuracy:",
       round(pd.Series(rho).corr(pd.Series(column_accuracy), method="spearman"), 3))
 pd.DataFrame({"noise": noise_level, "accuracy": column_accuracy, "rho": rho}).round(3)
