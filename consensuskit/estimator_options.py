@@ -37,8 +37,19 @@ _ENTRY = re.compile(r"^(?P<names>[A-Za-z_][\w, ]*?)\s*:\s*(?P<spec>.*)$")
 
 
 def parameter_docs(cls) -> dict[str, ParameterDoc]:
-    """Name -> :class:`ParameterDoc` from the class docstring's ``Parameters`` section."""
-    lines = inspect.cleandoc(cls.__doc__ or "").splitlines()
+    """Name -> :class:`ParameterDoc` from the ``Parameters`` sections of ``cls`` and its bases.
+
+    A subclass's entry wins; a parameter it inherits without documenting again
+    (GBCE's ``n_init``, from BCE) keeps the base class's description.
+    """
+    docs = {}
+    for klass in reversed(cls.__mro__):
+        docs.update(_own_parameter_docs(klass))
+    return docs
+
+
+def _own_parameter_docs(cls) -> dict[str, ParameterDoc]:
+    lines = inspect.cleandoc(cls.__dict__.get("__doc__") or "").splitlines()
     try:
         start = next(i for i in range(len(lines) - 1)
                      if lines[i].strip() == "Parameters" and set(lines[i + 1].strip()) == {"-"})
