@@ -20,6 +20,13 @@ def test_dir_lists_every_public_name_and_completion_sees_them():
     assert found == {"ck.NBCE("}
 
 
+def test_jedi_completion_sees_the_lazy_estimators():
+    """IPython and Jupyter complete through jedi, which asks the live module for its dir()."""
+    jedi = pytest.importorskip("jedi")
+    names = {c.name for c in jedi.Interpreter("ck.", [{"ck": consensuskit}]).complete()}
+    assert {"BCE", "NBCE", "MM", "KCC", "CSPA", "Ensemble", "metrics"} <= names
+
+
 @pytest.mark.parametrize("init", ["kmeans", "random"])
 def test_degenerate_warning_advises_only_what_was_not_tried(init):
     from consensuskit import BCE
