@@ -198,6 +198,34 @@ def test_every_hyper_parameter_is_an_option(model, capsys):
             assert "--" + name.replace("_", "-") in text, name
 
 
+def test_gbce_reads_features_split_like_the_labels(tmp_path, monkeypatch, capsys):
+    import consensuskit as ck
+
+    cls, seen = _recording(ck.GBCE)
+    received = {}
+    fit = cls.fit
+
+    def fit_with_features(self, X, y=None, features=None, **kwargs):
+        received["features"] = features
+        return fit(self, X, y)
+
+    cls.fit = fit_with_features
+    monkeypatch.setattr(cli, "_import_estimator", lambda name: cls)
+    src = tmp_path / "labels.csv"
+    src.write_text("0,1\n1,0\n0,0\n1,1\n")
+    feats = tmp_path / "features.csv"
+    feats.write_text("a,b\n0.5,1\n1.5,2\n2.5,\n3.5,4\n")  # empty = missing feature
+    assert _fit("--model", "gbce", "--n-clusters", "2", src, "--features", feats, "-q") == 0
+    F = received["features"]
+    assert F.shape == (4, 2) and np.isnan(F[2, 1]) and F[3, 0] == 3.5
+    feats.write_text("0.5,1\n1.5,2\n")
+    assert _fit("--model", "gbce", "--n-clusters", "2", src, "--features", feats) == 2
+    assert "has 2 lines of features but the label file has 4" in _error(capsys)
+    feats.write_text("0.5,1\n1.5,x\n2,2\n3,3\n")
+    assert _fit("--model", "gbce", "--n-clusters", "2", src, "--features", feats) == 2
+    assert "features.csv: line 2, column 2: 'x' is not a finite number" in _error(capsys)
+
+
 def test_nbce_rejects_n_clusters_with_a_pointer_to_truncation(tmp_path, capsys):
     src = tmp_path / "labels.csv"
     src.write_text("0,1\n1,0\n")
