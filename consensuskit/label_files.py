@@ -289,7 +289,9 @@ def encode_like(train: LabelTable, path, *, unknown="error"):
     n_unknown : int
         Labels turned into missing.
     """
-    index_col = None if train.index_position is None else train.index_position + 1
+    index_col = None
+    if train.index_position is not None:  # by name where there is a header, else by position
+        index_col = train.index_name if train.header else train.index_position + 1
     other = read_label_table(path, header=train.header, index_col=index_col,
                              allow_singletons=True)
     if len(other.columns) != len(train.columns):
