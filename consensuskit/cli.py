@@ -28,6 +28,7 @@ import inspect
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -258,6 +259,11 @@ def _cmd_reproduce(args, out):
     return int(status or 0)
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """A warning as one line ``warning: ...`` on stderr (shown even with --quiet)."""
+    print(f"warning: {message} ({category.__name__})", file=sys.stderr)
+
+
 def _model_in(argv):
     """The value of ``--model`` on a ``fit`` command line, or None (first parsing pass)."""
     argv = list(argv)
@@ -389,7 +395,9 @@ def main(argv=None) -> int:
     if args.quiet:  # silences every tqdm bar, including those inside estimators
         os.environ["TQDM_DISABLE"] = "1"
     try:
-        return args.func(args, sys.stdout)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning  # restored on exit
+            return args.func(args, sys.stdout)
     except (CLIError, ValueError, TypeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -346,4 +346,6 @@ def read_feature_table(path, n_rows, *, header=None):
                 raise LabelFileError(
                     f"{path}: line {line}, column {j + 1}: {token!r} is not a finite number")
             F[i, j] = x
+    for j in np.flatnonzero(np.isnan(F).all(axis=0)):
+        raise LabelFileError(f"{path}: column {j + 1} has no feature value; remove it")
     return F

@@ -224,6 +224,25 @@ def test_gbce_reads_features_split_like_the_labels(tmp_path, monkeypatch, capsys
     feats.write_text("0.5,1\n1.5,x\n2,2\n3,3\n")
     assert _fit("--model", "gbce", "--n-clusters", "2", src, "--features", feats) == 2
     assert "features.csv: line 2, column 2: 'x' is not a finite number" in _error(capsys)
+    feats.write_text("0.5,\n1.5,NA\n2,\n3,\n")
+    assert _fit("--model", "gbce", "--n-clusters", "2", src, "--features", feats) == 2
+    assert "features.csv: column 2 has no feature value" in _error(capsys)
+
+
+def test_estimator_warnings_print_as_one_line_even_when_quiet(tmp_path, monkeypatch, capsys):
+    import warnings
+
+    class Warns(FirstColumn):
+        def _fit(self, ensemble):
+            warnings.warn("something the user should know", RuntimeWarning, stacklevel=2)
+            super()._fit(ensemble)
+
+    monkeypatch.setattr(cli, "_import_estimator", lambda name: Warns)
+    src = tmp_path / "labels.csv"
+    src.write_text("0,1\n1,0\n")
+    assert _fit("--model", "mm", "--n-clusters", "2", src, "-q", "-o", tmp_path / "o.csv") == 0
+    err = capsys.readouterr().err
+    assert err == "warning: something the user should know (RuntimeWarning)\n"
 
 
 def test_nbce_rejects_n_clusters_with_a_pointer_to_truncation(tmp_path, capsys):
