@@ -139,9 +139,7 @@ def run(out, *, n_partitions=20, random_state=0, heldout_fraction=0.25, figure=N
 def draw_figure(path, ensemble, truth, results):
     """Co-association ordered by a consensus, ARI per model, held-out perplexity ± SE."""
     import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend is left alone
 
     by_name = {r[0]: r for r in results}
     shown = next((n for n in ("BCE", "MM") if n in by_name), results[0][0])
@@ -152,7 +150,7 @@ def draw_figure(path, ensemble, truth, results):
 
     from mpl_toolkits.axes_grid1 import make_axes_locatable
 
-    fig = plt.figure(figsize=(16, 5.4))
+    fig = Figure(figsize=(16, 5.4))
     grid = fig.add_gridspec(1, 3, width_ratios=[1.2, 1, 1], wspace=0.45)
     ax_c = fig.add_subplot(grid[0])
     im = ax_c.imshow(P[np.ix_(order, order)], cmap="viridis", vmin=0, vmax=1,
@@ -165,7 +163,7 @@ def draw_figure(path, ensemble, truth, results):
     ax_c.set_title("co-association: share of base clusterings\nthat put two rows together")
     divider = make_axes_locatable(ax_c)
     strip = divider.append_axes("left", size="4%", pad=0.05)
-    species = plt.get_cmap("tab10")(np.asarray(truth)[order] % 10)[:, None, :3]
+    species = matplotlib.colormaps["tab10"](np.asarray(truth)[order] % 10)[:, None, :3]
     strip.imshow(species, aspect="auto", interpolation="nearest")
     strip.set_xticks([])
     strip.set_yticks([])
@@ -200,5 +198,4 @@ def draw_figure(path, ensemble, truth, results):
         ax_p.set_axis_off()
     ax_p.set_title(f"generative models on {gen[0][3].n_rows} held-out rows" if gen else "")
     fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
     return path
