@@ -153,7 +153,7 @@ class MM(GenerativeMixin, ConsensusEstimator):
     def _fit(self, ensemble: Ensemble):
         K, device, dtype = self._check_params(ensemble.n_samples)
         rs = check_random_state(self.random_state)
-        layout = mm_em.prepare(ensemble.codes, ensemble.n_labels, device=device, dtype=dtype)
+        layout = mm_em.prepare(ensemble.label_data(device, dtype))
         init = self._kmeans_init(ensemble, K, rs) if self.init == "kmeans" else "random"
         run = mm_em.fit_em(
             layout,
@@ -186,9 +186,7 @@ class MM(GenerativeMixin, ConsensusEstimator):
 
     # -- fold-in --------------------------------------------------------------
     def _posterior(self, ensemble: Ensemble):
-        layout = mm_em.prepare(
-            ensemble.codes, ensemble.n_labels, device=self._device, dtype=self._dtype
-        )
+        layout = mm_em.prepare(ensemble.label_data(self._device, self._dtype))
         return mm_em.e_step(layout, self._log_pi, self._log_theta)
 
     def predict_proba(self, X, unknown="error"):

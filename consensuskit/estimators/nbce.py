@@ -20,7 +20,7 @@ from ..base import (
 from ..checkpoint import check_checkpoint_params, checkpoint_writer, read_checkpoint
 from ..ensemble import Ensemble, as_ensemble
 from ..inference.arviz_adapter import to_inference_data
-from ..inference.nbce_cvb import cvb_nbce
+from ..inference.nbce_cvb import CVB
 from ..inference.nbce_gibbs import (
     co_clustering,
     draw_counts,
@@ -28,7 +28,7 @@ from ..inference.nbce_gibbs import (
     point_consensus,
     relabel_by_size,
 )
-from ..inference.nbce_vb import vb_nbce
+from ..inference.nbce_vb import VB
 
 __all__ = ["NBCE", "predictive_parameters"]
 
@@ -335,12 +335,13 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
     def _fit_variational(self, ens, T, rs):
         dtype = resolve_dtype(self.dtype)
         device = resolve_device(self.device)
-        gen = torch_generator(rs)
-        kw = dict(generator=gen, dtype=dtype, device=device, verbose=self.verbose,
-                  max_iter=self.max_iter, tol=self.tol)
+        engine_kw = dict(generator=torch_generator(rs), dtype=dtype, device=device)
+        drive_kw = dict(max_iter=self.max_iter, tol=self.tol, progress=bool(self.verbose),
+                        desc=f"NBCE {self.inference.upper()}")
         if self.inference == "vb":
-            run = vb_nbce(self._idx_train, ens.n_labels, T, alpha0=self.alpha0, beta=self.beta,
-                          update_hyperparameters=bool(self.update_hyper), **kw)
+            run = VB(self._idx_train, ens.n_labels, T, alpha0=self.alpha0, beta=self.beta,
+                     update_hyperparameters=bool(self.update_hyper),
+                     **engine_kw).run(**drive_kw).best
             out = run.params
             xi = out.xi.double().cpu().numpy()
             rho = out.rho.double().cpu().numpy()
@@ -350,8 +351,8 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
             self._log_pi = np.log(xi / xi.sum())
             self._log_theta = np.log(rho / rs_sum[:, col_of])
         else:
-            run = cvb_nbce(self._idx_train, ens.n_labels, T, prior=self.prior,
-                           alpha0=self.alpha0, beta=self.beta, **kw)
+            run = CVB(self._idx_train, ens.n_labels, T, prior=self.prior, alpha0=self.alpha0,
+                      beta=self.beta, **engine_kw).run(**drive_kw).best
             out = run.params
             self._log_pi, self._log_theta = predictive_parameters(
                 out.Nk.double().cpu().numpy(), out.Nkl.double().cpu().numpy(),

@@ -91,6 +91,10 @@ class Engine:
     def info(self, state) -> dict:
         return {}
 
+    def run(self, **kw) -> Fit:
+        """``fit(self, **kw)``: this engine under the driver (arguments of :func:`fit`)."""
+        return fit(self, **kw)
+
 
 @dataclass
 class Run:

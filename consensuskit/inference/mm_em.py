@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..ensemble import LabelData
 from .driver import Engine
 from .driver import fit as drive
 
@@ -116,15 +117,18 @@ class MMLayout:
         return int(self.n_labels[j] + self.has_missing[j])
 
 
-def prepare(codes, n_labels, *, device="cpu", dtype=torch.float64, max_table="auto") -> MMLayout:
+def prepare(codes, n_labels=None, *, device="cpu", dtype=torch.float64,
+            max_table="auto") -> MMLayout:
     """Lay out a coded label matrix for the engine.
 
     Parameters
     ----------
-    codes : ndarray of int, shape (N, M)
-        Labels coded ``0..k_j-1`` per column, ``-1`` missing (``Ensemble.codes``).
+    codes : LabelData, or ndarray of int, shape (N, M)
+        The labels as every engine gets them (:meth:`Ensemble.label_data`; its device and
+        dtype are then used), or coded ``0..k_j-1`` per column, ``-1`` missing
+        (``Ensemble.codes``).
     n_labels : array-like of int, shape (M,)
-        ``k_j``; every code in column ``j`` must be below it.
+        ``k_j`` (with a codes array); every code in column ``j`` must be below it.
     device, dtype
         torch device and floating dtype of the parameters.
     max_table : int or "auto"
@@ -137,6 +141,11 @@ def prepare(codes, n_labels, *, device="cpu", dtype=torch.float64, max_table="au
     -------
     MMLayout
     """
+    if isinstance(codes, LabelData):
+        data = codes
+        n_labels, device, dtype = data.n_labels, data.idx.device, data.n_observed_rows.dtype
+        idx = data.idx.cpu().numpy()
+        codes = np.where(idx < data.n_total_labels, idx - data.offsets[:-1, None], -1).T
     codes = np.asarray(codes)
     if codes.ndim != 2:
         raise ValueError(f"codes must be 2-D (N, M); got shape {codes.shape}")

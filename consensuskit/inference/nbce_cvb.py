@@ -36,13 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .driver import Engine
-from .driver import fit as drive
-from .nbce_vb import onehot_tensor, random_responsibilities
+from .nbce_vb import Variational
 
-__all__ = [
-    "CVB", "CVBState", "cvb_nbce", "cvb_expected_counts", "cvb_approx_bound", "tsb_log_prior_terms",
-]
+__all__ = ["CVB", "CVBState", "cvb_expected_counts", "cvb_approx_bound", "tsb_log_prior_terms"]
 
 
 def tsb_log_prior_terms(Nk, alpha0):
@@ -106,37 +102,32 @@ class CVBState:
     bound: float = math.nan
 
 
-class CVB(Engine):
-    """First-order CVB for NBCE as an engine of the fit driver; arguments as :func:`cvb_nbce`.
+class CVB(Variational):
+    """First-order CVB for NBCE (module docstring) as an engine of the fit driver.
 
-    A step is one pass over the rows in blocks; a run has converged when the largest
-    change of a responsibility in a pass is below ``tol`` (the paper's criterion).
+    A step is one pass over the rows in blocks of ``block_size`` (rows within a block
+    are updated from the same expected counts; 1 is the fully sequential algorithm); a
+    run has converged when the largest change of a responsibility in a pass is below
+    ``tol`` (the paper's criterion).  ``prior`` is "tsb" or "fsd"; ``alpha0``, ``beta``
+    stay fixed; other arguments as :class:`~consensuskit.inference.nbce_vb.Variational`.
+    Run it with ``CVB(...).run(max_iter=..., tol=...)``; the kept run's ``params`` is a
+    :class:`CVBState` whose counts are recomputed exactly at the end.
     """
 
-    def __init__(self, idx, n_labels, truncation, *, prior, alpha0, beta, block_size,
-                 generator, dtype, device, init_gamma=None):
+    def __init__(self, idx, n_labels, truncation, *, prior="tsb", alpha0=1.0, beta=0.5,
+                 block_size=256, **kw):
         if prior not in ("tsb", "fsd"):
             raise ValueError(f"prior must be 'tsb' or 'fsd'; got {prior!r}")
-        idx = np.asarray(idx)
-        self.N, self.M = idx.shape
-        self.T = int(truncation)
-        n_labels = np.asarray(n_labels, dtype=np.int64)
-        self.X, self.Xt = onehot_tensor(idx, int(n_labels.sum()), dtype, device)
-        self.O = torch.as_tensor(idx >= 0, dtype=dtype, device=device)
-        self.idx_t = torch.as_tensor(np.where(idx >= 0, idx, 0), device=device)
-        self.J = torch.as_tensor(n_labels, device=device)
-        self.Jb = self.J.to(dtype) * float(beta)
+        super().__init__(idx, n_labels, truncation, **kw)
+        self.O = torch.as_tensor(self.idx >= 0, dtype=self.dtype, device=self.device)
+        self.idx_t = torch.as_tensor(np.where(self.idx >= 0, self.idx, 0), device=self.device)
+        self.J = self.J_t
+        self.Jb = self.J.to(self.dtype) * float(beta)
         self.prior, self.alpha0, self.beta = prior, alpha0, beta
         self.bs = max(1, int(block_size))
-        self.generator, self.dtype, self.device = generator, dtype, device
-        self.init_gamma = init_gamma
 
     def init(self, rng=None, run=0):
-        if self.init_gamma is None:
-            gamma = random_responsibilities(self.N, self.T, self.generator, self.dtype,
-                                            self.device)
-        else:
-            gamma = torch.as_tensor(self.init_gamma, dtype=self.dtype, device=self.device).clone()
+        gamma = self.initial_gamma()
         Nk, Nkl, Nkm = cvb_expected_counts(self.X, self.Xt, self.O, gamma)
         return CVBState(gamma, Nk, Nkl, Nkm, float(self.alpha0), float(self.beta))
 
@@ -183,51 +174,3 @@ class CVB(Engine):
         Nk, Nkl, Nkm = cvb_expected_counts(self.X, self.Xt, self.O, state.gamma)
         return CVBState(state.gamma, Nk, Nkl, Nkm, state.alpha0, state.beta, state.delta,
                         state.bound)
-
-
-def cvb_nbce(
-    idx,
-    n_labels,
-    truncation,
-    *,
-    prior="tsb",
-    alpha0=1.0,
-    beta=0.5,
-    max_iter=200,
-    tol=1e-5,
-    block_size=256,
-    generator=None,
-    dtype=torch.float64,
-    device="cpu",
-    verbose=False,
-    init_gamma=None,
-):
-    """Run first-order CVB for NBCE, TSB or FSD prior (:class:`CVB` under the fit driver).
-
-    Parameters
-    ----------
-    idx : int array (N, M)
-        Global label index, -1 missing.
-    n_labels : int array (M,)
-    truncation : int
-    prior : {"tsb", "fsd"}
-    alpha0, beta : float
-        Fixed hyper-parameters.
-    max_iter : int
-        Passes over the data.
-    tol : float
-        Convergence when ``max |gamma_new - gamma_old| < tol`` in a pass.
-    block_size : int
-        Rows updated together from the same expected counts.
-
-    Returns
-    -------
-    Run
-        ``params`` a :class:`CVBState` (``gamma`` (N, T), ``Nk`` (T,), ``Nkl`` (T, L),
-        ``Nkm`` (T, M)); ``objectives`` the approximate bound per pass; ``n_iter``,
-        ``converged``.
-    """
-    engine = CVB(idx, n_labels, truncation, prior=prior, alpha0=alpha0, beta=beta,
-                 block_size=block_size, generator=generator, dtype=dtype, device=device,
-                 init_gamma=init_gamma)
-    return drive(engine, max_iter=max_iter, tol=tol, progress=verbose, desc="NBCE CVB").best

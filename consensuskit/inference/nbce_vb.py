@@ -29,12 +29,8 @@ import torch
 from scipy.special import digamma, gammaln, polygamma
 
 from .driver import Engine
-from .driver import fit as drive
 
-__all__ = [
-    "VB", "VBState", "vb_nbce", "vb_bound", "newton_max_log", "onehot_tensor",
-    "random_responsibilities",
-]
+__all__ = ["Variational", "VB", "VBState", "vb_bound", "newton_max_log", "onehot_tensor"]
 
 
 def onehot_tensor(idx, L, dtype, device):
@@ -128,44 +124,65 @@ class VBState:
     bound: float = math.nan
 
 
-def random_responsibilities(N, T, generator, dtype, device):
-    """Uniform draws from the simplex (normalised exponentials), (N, T).
+class Variational(Engine):
+    """What NBCE's VB and CVB engines share: the one-hot labels and the random start.
 
-    Drawn in float64 so that float32 and float64 runs start from the same point.
+    Parameters
+    ----------
+    idx : int array (N, M)
+        Global label index, -1 missing.
+    n_labels : int array (M,)
+    truncation : int
+        T.
+    generator : torch.Generator
+        For the random initial responsibilities (uniform on the simplex, drawn in
+        float64 so that float32 and float64 runs start from the same point).
+    dtype, device
+        Arithmetic.
+    init_gamma : array (N, T) or None
+        A given start instead.
     """
-    e = -torch.log(torch.rand(N, T, generator=generator, dtype=torch.float64))
-    return (e / e.sum(1, keepdim=True)).to(device=device, dtype=dtype)
 
-
-class VB(Engine):
-    """Mean-field VB for NBCE-FSD as an engine of the fit driver; arguments as :func:`vb_nbce`.
-
-    One step: ``rho, xi | gamma``, then (optionally) ``alpha0, beta`` by Newton, then
-    ``gamma | rho, xi``, then the bound (module docstring).
-    """
-
-    def __init__(self, idx, n_labels, truncation, *, alpha0, beta, update_hyperparameters,
-                 generator, dtype, device, init_gamma=None):
-        idx = np.asarray(idx)
-        self.N, self.M = idx.shape
+    def __init__(self, idx, n_labels, truncation, *, generator=None, dtype=torch.float64,
+                 device="cpu", init_gamma=None):
+        self.idx = np.asarray(idx)
+        self.N, self.M = self.idx.shape
         self.T = int(truncation)
-        n_labels = np.asarray(n_labels, dtype=np.int64)
-        self.X, self.Xt = onehot_tensor(idx, int(n_labels.sum()), dtype, device)
-        self.col_of_t = torch.as_tensor(np.repeat(np.arange(self.M), n_labels), device=device)
-        self.J_t = torch.as_tensor(n_labels, device=device)
-        self.Jf = n_labels.astype(np.float64)
-        self.alpha0, self.beta = float(alpha0), float(beta)
-        self.update_hyperparameters = update_hyperparameters
+        self.n_labels = np.asarray(n_labels, dtype=np.int64)
+        self.X, self.Xt = onehot_tensor(self.idx, int(self.n_labels.sum()), dtype, device)
+        self.J_t = torch.as_tensor(self.n_labels, device=device)
         self.generator, self.dtype, self.device = generator, dtype, device
         self.init_gamma = init_gamma
 
-    def init(self, rng=None, run=0):
+    def initial_gamma(self):
         if self.init_gamma is None:
-            gamma = random_responsibilities(self.N, self.T, self.generator, self.dtype,
-                                            self.device)
-        else:
-            gamma = torch.as_tensor(self.init_gamma, dtype=self.dtype, device=self.device)
-        return VBState(gamma, None, None, self.alpha0, self.beta)
+            e = -torch.log(torch.rand(self.N, self.T, generator=self.generator,
+                                      dtype=torch.float64))
+            return (e / e.sum(1, keepdim=True)).to(device=self.device, dtype=self.dtype)
+        return torch.as_tensor(self.init_gamma, dtype=self.dtype, device=self.device).clone()
+
+
+class VB(Variational):
+    """Mean-field VB for NBCE-FSD (module docstring) as an engine of the fit driver.
+
+    One step: ``rho, xi | gamma``, then (optionally) ``alpha0, beta`` by Newton, then
+    ``gamma | rho, xi``, then the bound.  ``alpha0``, ``beta``: fixed values or starting
+    values (``update_hyperparameters``); other arguments as :class:`Variational`.  Run it
+    with ``VB(...).run(max_iter=..., tol=...)`` (stops when the bound improves by less
+    than ``tol * |bound|``); the kept run's ``params`` is a :class:`VBState`.
+    """
+
+    def __init__(self, idx, n_labels, truncation, *, alpha0=1.0, beta=0.5,
+                 update_hyperparameters=True, **kw):
+        super().__init__(idx, n_labels, truncation, **kw)
+        self.col_of_t = torch.as_tensor(np.repeat(np.arange(self.M), self.n_labels),
+                                        device=self.device)
+        self.Jf = self.n_labels.astype(np.float64)
+        self.alpha0, self.beta = float(alpha0), float(beta)
+        self.update_hyperparameters = update_hyperparameters
+
+    def init(self, rng=None, run=0):
+        return VBState(self.initial_gamma(), None, None, self.alpha0, self.beta)
 
     def step(self, state: VBState, rng=None) -> VBState:
         T, M, Jf, col_of_t = self.T, self.M, self.Jf, self.col_of_t
@@ -201,49 +218,3 @@ class VB(Engine):
 
     def objective(self, state: VBState) -> float:
         return state.bound
-
-
-def vb_nbce(
-    idx,
-    n_labels,
-    truncation,
-    *,
-    alpha0=1.0,
-    beta=0.5,
-    update_hyperparameters=True,
-    max_iter=500,
-    tol=1e-7,
-    generator=None,
-    dtype=torch.float64,
-    device="cpu",
-    verbose=False,
-    init_gamma=None,
-):
-    """Run CAVI for NBCE-FSD (:class:`VB` under the fit driver).
-
-    Parameters
-    ----------
-    idx : int array (N, M)
-        Global label index, -1 missing.
-    n_labels : int array (M,)
-    truncation : int
-        T.
-    alpha0, beta : float
-        Fixed values or starting values (``update_hyperparameters``).
-    max_iter : int
-    tol : float
-        Stop when the bound improves by less than ``tol * |bound|``.
-    generator : torch.Generator
-        For the random initial responsibilities.
-
-    Returns
-    -------
-    Run
-        ``params`` a :class:`VBState` (``gamma`` (N, T), ``xi`` (T,), ``rho`` (T, L),
-        ``alpha0``, ``beta``); ``objectives`` the bound per iteration; ``n_iter``,
-        ``converged``.
-    """
-    engine = VB(idx, n_labels, truncation, alpha0=alpha0, beta=beta,
-                update_hyperparameters=update_hyperparameters, generator=generator,
-                dtype=dtype, device=device, init_gamma=init_gamma)
-    return drive(engine, max_iter=max_iter, tol=tol, progress=verbose, desc="NBCE VB").best
