@@ -95,9 +95,9 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         first-order collapsed VB (torch).
     n_samples, burn_in, thin, n_chains : int
         Gibbs: retained draws per chain, discarded sweeps, thinning, chains.
-    n_split_merge : int or "auto", default "auto"
+    n_split_merge : int or None, default None
         Gibbs: split-merge Metropolis-Hastings proposals, and moves of groups of
-        identical rows, per sweep ("auto": 20 up to 10^4 rows, then ``2e5 / N``, at
+        identical rows, per sweep (None: 20 up to 10^4 rows, then ``2e5 / N``, at
         least 2; 0 turns the group moves off and leaves single-site Gibbs).
     n_jobs : int, -1 or None, default None
         Gibbs: threads the chains run on; None follows numba's thread setting
@@ -169,7 +169,7 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         burn_in=100,
         thin=1,
         n_chains=2,
-        n_split_merge="auto",
+        n_split_merge=None,
         n_jobs=None,
         alpha0=1.0,
         beta=0.5,
@@ -222,7 +222,7 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         check_positive_int(self.burn_in, "burn_in", minimum=0)
         check_positive_int(self.thin, "thin")
         check_positive_int(self.n_chains, "n_chains")
-        if not (isinstance(self.n_split_merge, str) and self.n_split_merge == "auto"):
+        if self.n_split_merge is not None:
             check_positive_int(self.n_split_merge, "n_split_merge", minimum=0)
         if self.n_jobs is not None and self.n_jobs != -1:
             check_positive_int(self.n_jobs, "n_jobs")

@@ -1140,7 +1140,7 @@ class _OneChain(Engine):
 
 
 def _default_split_merge(n_points):
-    """Split-merge proposals (and group moves) per sweep for ``n_split_merge="auto"``.
+    """Split-merge proposals (and group moves) per sweep for ``n_split_merge=None``.
 
     20 up to N = 10^4, enough for the cluster-level moves to mix on the benchmark
     ensembles (``experiments/nbce_mixing.py``); above, ``2e5 / N`` (at least 2), since a
@@ -1180,7 +1180,7 @@ def gibbs_nbce(
     burn_in=100,
     thin=1,
     n_chains=2,
-    n_split_merge="auto",
+    n_split_merge=None,
     n_jobs=None,
     init=None,
     random_state=None,
@@ -1218,9 +1218,9 @@ def gibbs_nbce(
         Per chain: ``burn_in`` discarded sweeps, then ``n_samples`` retained draws,
         one every ``thin`` sweeps.
     n_chains : int
-    n_split_merge : int or "auto"
+    n_split_merge : int or None
         Split-merge proposals per sweep, and as many moves of groups of identical
-        rows (0: single-site Gibbs only).
+        rows (None: :func:`_default_split_merge`; 0: single-site Gibbs only).
     n_jobs : int, -1 or None
         Threads the chains run on (the compiled moves release the GIL).  ``None``
         follows numba's thread setting (``numba.set_num_threads`` /
@@ -1267,9 +1267,9 @@ def gibbs_nbce(
         raise ValueError(f"truncation must be >= 2; got {truncation}")
     L = int(np.sum(n_labels))
     C, S = int(n_chains), int(n_samples)
-    n_sm = _default_split_merge(N) if n_split_merge == "auto" else int(n_split_merge)
+    n_sm = _default_split_merge(N) if n_split_merge is None else int(n_split_merge)
     if n_sm < 0:
-        raise ValueError(f"n_split_merge must be >= 0 or 'auto'; got {n_split_merge!r}")
+        raise ValueError(f"n_split_merge must be >= 0 or None; got {n_split_merge!r}")
     workers = _resolve_n_jobs(n_jobs, C)
     if store_counts == "auto":
         store_counts = C * S * T * (L + M) * 4 <= 256 * 2**20
