@@ -41,10 +41,10 @@ import torch
 
 from ..ensemble import LabelData
 from ..inference import bce_cavi as cavi
-from ..inference.driver import Fit, Run
+from ..inference.driver import Fit, Run, relative_change_small
 from ..inference.driver import fit as drive
 from .comm import Comm
-from .common import EMConfig, progress, relative_change_small
+from .common import EMConfig, progress
 
 __all__ = ["fit_rows_exact", "fit_rows_sequential", "row_setup"]
 
