@@ -53,17 +53,24 @@ __all__ = [
 ]
 
 
-def row_setup(comm: Comm, data: LabelData, cfg: EMConfig):
-    """Agree on the total number of rows ``N`` and on ``alpha_cap``.
+def row_setup(comm: Comm, data: LabelData, cfg: EMConfig, beta0s=()):
+    """Check the starts, agree on the total number of rows ``N`` and on ``alpha_cap``.
 
-    Messages: ``setup/n_rows`` (1,) sum and ``setup/max_labels_per_row`` (1,) max.
+    Messages (phase "setup"): ``setup/n_rows`` (1,) sum and ``setup/max_labels_per_row``
+    (1,) max.  Leaves the phase at "fit".
     """
+    for b in beta0s:
+        if b.shape[1] != data.n_total_labels:
+            raise ValueError(f"beta0 has {b.shape[1]} label columns; the data have "
+                             f"{data.n_total_labels}")
+    comm.set_phase("setup")
     n = torch.tensor([float(data.n_rows)], dtype=torch.float64)
     comm.all_reduce(n, "setup/n_rows")
     vmax = torch.tensor([float(data.n_observed_rows.max()) if data.n_rows else 0.0],
                         dtype=torch.float64)
     comm.all_reduce(vmax, "setup/max_labels_per_row", op="max")
     cap = cfg.alpha_cap if cfg.alpha_cap is not None else 10.0 * float(vmax)
+    comm.set_phase("fit")
     return int(round(float(n))), cap
 
 
@@ -130,13 +137,7 @@ def fit_rows_exact(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, h
     """
     t0 = time.perf_counter(), time.process_time()
     dtype = data.n_observed_rows.dtype
-    comm.set_phase("setup")
-    N, alpha_cap = row_setup(comm, data, cfg)
-    comm.set_phase("fit")
-    for b in beta0s:
-        if b.shape[1] != data.n_total_labels:
-            raise ValueError(f"beta0 has {b.shape[1]} label columns; the data have "
-                             f"{data.n_total_labels}")
+    N, alpha_cap = row_setup(comm, data, cfg, beta0s)
     starts = iter(beta0s)
     engine = cavi.CAVI(data, cfg.n_clusters, lambda rng: next(starts),
                        alpha0=torch.as_tensor(alpha0, dtype=dtype), inner_iter=cfg.inner_iter,
@@ -245,12 +246,6 @@ def fit_rows_sequential(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta
     (Fit, seconds) as :func:`fit_rows_exact`.
     """
     t0 = time.perf_counter(), time.process_time()
-    comm.set_phase("setup")
-    _, alpha_cap = row_setup(comm, data, cfg)
-    comm.set_phase("fit")
-    for b in beta0s:
-        if b.shape[1] != data.n_total_labels:
-            raise ValueError(f"beta0 has {b.shape[1]} label columns; the data have "
-                             f"{data.n_total_labels}")
+    _, alpha_cap = row_setup(comm, data, cfg, beta0s)
     engine = RingCAVI(comm, data, cfg, alpha0, beta0s, alpha_cap)
     return drive_ranks(comm, engine, cfg, len(beta0s), hook, "BCE row-sequential", t0)
