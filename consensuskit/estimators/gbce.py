@@ -138,7 +138,8 @@ class GBCE(BCE):
         ``D``.
     lower_bound_, lower_bounds_ : float, list of float
         The weighted bound plus the smoothing log-priors (never decreases).
-    n_iter_, converged_, degenerate_, n_degenerate_ : as in BCE
+    n_iter_, converged_, degenerate_, n_degenerate_, n_higher_bound_skipped_,
+    n_alpha_steps_rejected_ : as in BCE
 
     Notes
     -----
@@ -289,19 +290,7 @@ class GBCE(BCE):
                 feature_smoothing=self.feature_smoothing, callback=callback, resume=state)
 
         runs, self.stopped_ = self._run_restarts(ensemble, K, rs, engine, resume, digest)
-        best = None
-        for res in runs:
-            key = (not res["degenerate"], res["bounds"][-1])
-            if best is None or key > best[0]:
-                best = (key, res)
-        res = best[1]
-        degenerate_all = all(r["degenerate"] for r in runs)
-        if degenerate_all:
-            warnings.warn(
-                "every GBCE restart ran into the degenerate optimum (sum(alpha) grew past "
-                "10 times the largest weighted row count); returning the best bound. Try "
-                "init='kmeans', more n_init or fewer n_clusters.", RuntimeWarning, stacklevel=3)
-        self.n_degenerate_ = sum(r["degenerate"] for r in runs)
+        res = self._select_restart(runs, "GBCE", "10 times the largest weighted row count")
         self._alpha_t = res["alpha"].detach()
         self._beta_t = res["beta"].detach()
         self._mu_t = res["mu"].detach()
@@ -325,7 +314,7 @@ class GBCE(BCE):
         self.lower_bound_ = self.lower_bounds_[-1]
         self.n_iter_ = int(res["n_iter"])
         self.converged_ = bool(res["converged"])
-        self.degenerate_ = bool(degenerate_all)
+        self._warn_alpha_steps(res, "GBCE")
         return self
 
     # ------------------------------------------------------------------ fold-in

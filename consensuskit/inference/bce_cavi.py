@@ -50,6 +50,7 @@ __all__ = [
     "alpha_objective",
     "lower_bound",
     "phi_log_phi",
+    "bound_at",
     "initial_gamma",
     "e_step",
     "fold_in",
@@ -276,13 +277,15 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
     Returns
     -------
     alpha : Tensor, shape (K,), float64 internally then cast back
-    info : dict with ``n_iter`` and ``n_halvings``
+    info : dict with ``n_iter``, ``n_halvings`` and ``stalled`` (True when a Newton
+        step found no acceptable length and alpha was left where it was)
     """
     out_dtype = alpha.dtype
     a = alpha.detach().to(torch.float64).clone()
     S = suff.detach().to(torch.float64)
     N = float(n_rows)
     n_iter = n_halve = 0
+    stalled = False
     f_old = alpha_objective(a, S, N) if ensure_ascent else None
     while n_iter < max_iter:
         g = S + N * (torch.special.digamma(a.sum()) - torch.special.digamma(a))
@@ -301,8 +304,9 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
                 break
             eta *= 0.5
             n_halve += 1
-            if eta < 1e-30:  # no acceptable step: stay put
+            if eta < 1e-30:  # no acceptable step: stay put (reported as "stalled")
                 a_new = a
+                stalled = True
                 break
         if ensure_ascent:
             f_old = alpha_objective(a_new, S, N)
@@ -311,7 +315,7 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
         a = a_new
         if rel <= tol or float(a.sum()) > alpha_cap:
             break
-    return a.to(out_dtype), {"n_iter": n_iter, "n_halvings": n_halve}
+    return a.to(out_dtype), {"n_iter": n_iter, "n_halvings": n_halve, "stalled": stalled}
 
 
 def _sum64(x) -> float:
@@ -357,6 +361,16 @@ def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: f
     if smoothing:
         val += smoothing * _sum64(logb)
     return val
+
+
+def bound_at(alpha, beta, gamma, data: BCEData, *, smoothing: float = 0.0) -> float:
+    """:func:`lower_bound` at ``gamma`` (K, N) with ``phi`` from eq. 5 at that ``gamma``.
+
+    The state a fitted estimator reports: anyone holding ``alpha``, ``beta`` and
+    ``gamma`` can rebuild ``phi`` and recompute the bound independently.
+    """
+    _, phi_sum, stats, plogp, _ = e_step(alpha, beta, data, gamma, 1)
+    return lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=smoothing)
 
 
 def phi_log_phi(phi) -> float:
@@ -580,7 +594,8 @@ def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_it
     Returns
     -------
     dict with ``alpha`` (K,), ``beta`` (K, L), ``gamma`` (K, N), ``bounds`` (list),
-    ``n_iter``, ``converged``, ``degenerate``, ``stopped`` (by the callback).
+    ``n_iter``, ``converged``, ``degenerate``, ``stopped`` (by the callback) and
+    ``n_alpha_rejected`` (iterations whose Newton solve for alpha stalled).
     """
     dev = data.idx.device
     dtype = data.n_observed_rows.dtype
@@ -594,20 +609,22 @@ def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_it
     N = data.n_rows
     bounds = []
     converged = degenerate = stopped = False
-    it = 0
+    it = n_rejected = 0
     if resume is not None:
         alpha, beta, gamma = (torch.as_tensor(resume[k], dtype=dtype, device=dev)
                               for k in ("alpha", "beta", "gamma"))
         bounds, it = list(resume["bounds"]), int(resume["iteration"])
         converged, degenerate = bool(resume["converged"]), bool(resume["degenerate"])
+        n_rejected = int(resume.get("n_alpha_rejected", 0))
     while it < max_iter and not (converged or degenerate):
         it += 1
         gamma, phi_sum, stats, plogp, _ = e_step(alpha, beta, data, gamma, inner_iter,
                                                  chunk_size=chunk_size, backend=backend)
         beta = update_beta(stats, data.offsets, smoothing)
         suff = elog_dirichlet(gamma).sum(1)
-        alpha, _ = update_alpha(alpha, suff, N, tol=newton_tol, ensure_ascent=True,
-                                alpha_cap=alpha_cap)
+        alpha, newton = update_alpha(alpha, suff, N, tol=newton_tol, ensure_ascent=True,
+                                     alpha_cap=alpha_cap)
+        n_rejected += newton["stalled"]
         lb = lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=smoothing)
         bounds.append(lb)
         degenerate = float(alpha.sum()) > alpha_cap
@@ -616,9 +633,10 @@ def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_it
         if callback is not None and callback(
             {"iteration": it, "lower_bound": lb, "alpha": alpha, "beta": beta, "gamma": gamma,
              "bounds": list(bounds), "converged": converged, "degenerate": degenerate,
-             "done": converged or degenerate or it == max_iter}
+             "n_alpha_rejected": n_rejected, "done": converged or degenerate or it == max_iter}
         ) is False:
             stopped = True
             break
     return {"alpha": alpha, "beta": beta, "gamma": gamma, "bounds": bounds, "n_iter": it,
-            "converged": converged, "degenerate": degenerate, "stopped": stopped}
+            "converged": converged, "degenerate": degenerate, "stopped": stopped,
+            "n_alpha_rejected": n_rejected}

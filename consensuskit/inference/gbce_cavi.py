@@ -567,13 +567,14 @@ def variational_em(data: GBCEData, n_clusters: int, beta0, alpha0=None, mu0=None
     N = data.n_rows
     bounds = []
     converged = degenerate = stopped = False
-    it = 0
+    it = n_rejected = 0
     if resume is not None:
         alpha, beta, mu, sigma2, gamma = (
             torch.as_tensor(resume[k], dtype=dtype, device=dev)
             for k in ("alpha", "beta", "mu", "sigma2", "gamma"))
         bounds, it = list(resume["bounds"]), int(resume["iteration"])
         converged, degenerate = bool(resume["converged"]), bool(resume["degenerate"])
+        n_rejected = int(resume.get("n_alpha_rejected", 0))
     while it < max_iter and not (converged or degenerate):
         it += 1
         gamma, phi_sum, stats, fstats, plogp, _ = e_step(alpha, beta, mu, sigma2, data, gamma,
@@ -584,8 +585,9 @@ def variational_em(data: GBCEData, n_clusters: int, beta0, alpha0=None, mu0=None
             mu, sigma2 = update_gaussian(*fstats, data.center, data.spread, feature_smoothing,
                                          mu=mu, sigma2=sigma2)
         suff = elog_dirichlet(gamma).sum(1)
-        alpha, _ = update_alpha(alpha, suff, N, tol=newton_tol, ensure_ascent=True,
-                                alpha_cap=alpha_cap)
+        alpha, newton = update_alpha(alpha, suff, N, tol=newton_tol, ensure_ascent=True,
+                                     alpha_cap=alpha_cap)
+        n_rejected += newton["stalled"]
         lb = lower_bound(alpha, beta, mu, sigma2, gamma, phi_sum, stats, fstats, plogp, data,
                          smoothing=smoothing, feature_smoothing=feature_smoothing)
         bounds.append(lb)
@@ -595,10 +597,11 @@ def variational_em(data: GBCEData, n_clusters: int, beta0, alpha0=None, mu0=None
         if callback is not None and callback(
             {"iteration": it, "lower_bound": lb, "alpha": alpha, "beta": beta, "mu": mu,
              "sigma2": sigma2, "gamma": gamma, "bounds": list(bounds), "converged": converged,
-             "degenerate": degenerate, "done": converged or degenerate or it == max_iter}
+             "degenerate": degenerate, "n_alpha_rejected": n_rejected,
+             "done": converged or degenerate or it == max_iter}
         ) is False:
             stopped = True
             break
     return {"alpha": alpha, "beta": beta, "mu": mu, "sigma2": sigma2, "gamma": gamma,
             "bounds": bounds, "n_iter": it, "converged": converged, "degenerate": degenerate,
-            "stopped": stopped}
+            "stopped": stopped, "n_alpha_rejected": n_rejected}
