@@ -106,28 +106,32 @@ def test_bce_perplexity_within_se_of_exact(rng):
 
 # ------------------------------------------------------------------ the alpha estimate
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_iw_alpha_beats_meanfield_on_bce_data(rng):
-    """On BCE's own data (alpha_h = 0.3, few labels a row) the mean-field alpha is far
-    too large; "iw" lands nearer the truth and its held-out likelihood, computed exactly,
-    is higher than the mean-field fit's by more than the differences' noise (exact)."""
+def test_iw_fit_has_higher_exact_likelihood_than_meanfield(rng):
+    """On BCE's own data (alpha_h = 0.3, five labels a row) "iw" targets the marginal
+    likelihood: its exact training and held-out log-likelihoods beat the mean-field fit's,
+    and its alpha sits at the exact training optimum along its own direction (halving or
+    doubling it loses more than the estimate's Monte Carlo noise, 2 nats here)."""
     X, alpha, _ = simulate(rng, N=500, M=5, K=3, a=0.3)
     tr, te = X[:400], X[400:]
     mf = BCE(3, alpha_estimate="meanfield", random_state=0).fit(tr)
     iw = BCE(3, alpha_estimate="iw", random_state=0).fit(tr)
+    train = cavi.prepare_data(mf.ensemble_)
     held = cavi.prepare_data(mf.ensemble_.encode(te))
 
-    def exact(m):
-        return float(bce_alpha.exact_log_marginal(m._alpha_t, m._beta_t, held).sum())
+    def exact(m, data, scale=1.0):
+        return float(bce_alpha.exact_log_marginal(m._alpha_t * scale, m._beta_t, data).sum())
 
-    assert exact(iw) > exact(mf) + 5.0
-    true_sum = alpha.sum()
-    assert abs(np.log(iw.alpha_.sum() / true_sum)) < abs(np.log(mf.alpha_.sum() / true_sum))
+    assert exact(iw, train) > exact(mf, train) + 20.0
+    assert exact(iw, held) > exact(mf, held) + 5.0
+    at = exact(iw, train)
+    assert at > exact(iw, train, 0.5) - 2.0 and at > exact(iw, train, 2.0) - 2.0
+    assert mf.alpha_.sum() > 3 * alpha.sum()  # the mean-field bias this option removes
     assert iw.iw_start_ in ("meanfield", "mixture") and len(iw.log_marginals_) >= 2
     assert mf.log_marginals_ == [] and mf.iw_start_ is None
 
 
 # ------------------------------------------------------------------ bound at the fitted state
-def _pyro_meanfield_elbo(m, ens, particles=10000, reps=4):
+def _pyro_meanfield_elbo(m, ens, particles=1000, reps=4):
     """Pyro's ELBO of models.bce.guide_meanfield at the estimator's fitted alpha_, beta_,
     gamma_ and phi = eq. 5 at gamma_ (z summed out of the guide, theta sampled)."""
     data = cavi.prepare_data(ens)
@@ -147,17 +151,21 @@ def _pyro_meanfield_elbo(m, ens, particles=10000, reps=4):
 @pytest.mark.parametrize("alpha_estimate", ["meanfield", "iw"])
 def test_reported_bound_equals_pyro_elbo_at_fitted_state(rng, alpha_estimate):
     """lower_bound_ (minus its smoothing log-prior) equals Pyro's Trace ELBO of the spec's
-    mean-field guide at the fitted state within 4 Monte Carlo SE; the same bound at a
-    gamma 30% off is > 20 SE away."""
-    X, _, _ = simulate(rng, N=40, M=5, K=3, missing=0.15)
+    mean-field guide at the fitted state within 4 Monte Carlo SE plus float round-off
+    (1e-9 relative: two float64 implementations summing in different orders).  At the
+    fitted state gamma = alpha + sum_j phi_j, where the theta-dependence of the ELBO's
+    integrand cancels, so its Monte Carlo SE is tiny and the check is sharp; the bound
+    at a gamma 30% off is far outside it."""
+    X, _, _ = simulate(rng, N=30, M=5, K=3, missing=0.15)
     m = BCE(3, alpha_estimate=alpha_estimate, random_state=0, n_init=1).fit(X)
     smooth = m.smoothing * sum(float(np.log(b).sum()) for b in m.beta_)
     mean, se = _pyro_meanfield_elbo(m, m.ensemble_)
-    assert se < 0.05
-    assert abs(m.lower_bound_ - smooth - mean) < 4 * se, (m.lower_bound_ - smooth, mean, se)
+    tol = 4 * se + 1e-9 * abs(mean)
+    assert tol < 0.05
+    assert abs(m.lower_bound_ - smooth - mean) < tol, (m.lower_bound_ - smooth, mean, se)
     data = cavi.prepare_data(m.ensemble_)
     off = cavi.bound_at(m._alpha_t, m._beta_t, torch.tensor(m.gamma_.T) * 1.3, data)
-    assert abs(off - mean) > 20 * se
+    assert abs(off - smooth - mean) > 20 * tol
 
 
 # ------------------------------------------------------------------ monotone CAVI bounds
@@ -201,7 +209,7 @@ def test_update_alpha_reports_a_stalled_newton_solve():
     a, info = cavi.update_alpha(a0, torch.tensor([float("nan"), -1.0], dtype=torch.float64),
                                 10, ensure_ascent=True, max_iter=3)
     assert info["stalled"] and torch.equal(a, a0)
-    _, ok = cavi.update_alpha(a0, torch.tensor([-5.0, -3.0], dtype=torch.float64), 10,
+    _, ok = cavi.update_alpha(a0, torch.tensor([-15.0, -8.0], dtype=torch.float64), 10,
                               ensure_ascent=True)
     assert not ok["stalled"]
 

@@ -151,6 +151,11 @@ def log_dirichlet_multinomial(alpha, counts):
             + (torch.lgamma(alpha + counts) - torch.lgamma(alpha)).sum(-1))
 
 
+#: alpha is kept in [1e-8, 1e8]: at the lower end BCE is the mixture model (each row in
+#: one cluster), which the marginal likelihood may prefer when rows carry few labels
+_LOG_ALPHA_RANGE = (math.log(1e-8), math.log(1e8))
+
+
 class _CountTerms:
     """``log DM(n_is | alpha)`` and its gradient for fixed integer counts, by table look-up.
 
@@ -194,7 +199,8 @@ def _maximise_fixed_particles(alpha0, base, terms: _CountTerms):
         grad = (w[..., None] * terms.grad_log_dm(a)).sum((0, 1)) * a  # d/d log alpha
         return -float(val), -grad.numpy().astype(np.float64)
 
-    res = minimize(f, np.log(alpha0.numpy()), jac=True, method="L-BFGS-B",
+    x0 = np.clip(np.log(alpha0.numpy()), *_LOG_ALPHA_RANGE)
+    res = minimize(f, x0, jac=True, method="L-BFGS-B", bounds=[_LOG_ALPHA_RANGE] * x0.size,
                    options={"maxiter": 100, "ftol": 1e-10})
     return torch.as_tensor(np.exp(res.x), dtype=base.dtype), res
 
