@@ -123,8 +123,11 @@ def _exact_perplexity(name, est, X):
         from consensuskit.inference import bce_cavi
         from consensuskit.inference.bce_alpha import exact_log_marginal
 
-        total = float(exact_log_marginal(est._alpha_t, est._beta_t,
-                                         bce_cavi.prepare_data(ens)).sum())
+        try:
+            total = float(exact_log_marginal(est._alpha_t, est._beta_t,
+                                             bce_cavi.prepare_data(ens)).sum())
+        except ValueError:  # too many labels a row to enumerate (M=2000)
+            return None
     else:
         return None
     return float(np.exp(-total / ens.n_observed))
@@ -153,7 +156,10 @@ def test_degenerate(name, case):
         assert np.isfinite(ppl)
         exact = _exact_perplexity(name, est, X)
         if exact is not None:  # an independent computation of the same number
-            assert abs(ppl - exact) <= 4 * se + 1e-9 * exact, (ppl, exact, se)
+            # within 4 SE, plus 1e-4 relative for what no sample can show: on these
+            # near-deterministic fits all particles coincide (SE 0) and assignments
+            # of probability ~ smoothing are never drawn
+            assert abs(ppl - exact) <= 4 * se + 1e-4 * exact, (ppl, exact, se)
         # no worse than labels drawn uniformly within each column (plus slack for
         # the priors / smoothing on these tiny problems)
         from consensuskit.ensemble import Ensemble

@@ -63,7 +63,7 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         number of labels of row i) and discarded in favour of non-degenerate restarts.
     smoothing : float, default 1e-6
         Pseudo-count added to the expected label counts in the beta update.
-    alpha_estimate : {"iw", "meanfield"}, default "iw"
+    alpha_estimate : {"meanfield", "iw"}, default "meanfield"
         ``"meanfield"``: alpha (and beta) maximise the mean-field bound, as in the paper;
         the bound is biased towards a large alpha when rows carry few labels.
         ``"iw"``: after the variational fit, alpha and beta are refined by Monte Carlo EM
@@ -138,7 +138,7 @@ class BCE(GenerativeMixin, ConsensusEstimator):
     """
 
     def __init__(self, n_clusters=2, *, inference="cavi", max_iter=100, tol=1e-6, n_init=3,
-                 inner_iter=5, init="kmeans", smoothing=1e-6, alpha_estimate="iw",
+                 inner_iter=5, init="kmeans", smoothing=1e-6, alpha_estimate="meanfield",
                  batch_size=None,
                  learning_rate=0.05, n_perplexity_samples=200, random_state=None,
                  device="cpu", dtype="float64", verbose=False, callback=None,
