@@ -113,8 +113,8 @@ def test_iw_fit_has_higher_exact_likelihood_than_meanfield(rng):
     doubling it loses more than the estimate's Monte Carlo noise, 2 nats here)."""
     X, alpha, _ = simulate(rng, N=500, M=5, K=3, a=0.3)
     tr, te = X[:400], X[400:]
-    mf = BCE(3, alpha_estimate="meanfield", random_state=0).fit(tr)
-    iw = BCE(3, alpha_estimate="iw", random_state=0).fit(tr)
+    mf = BCE(3, alpha_estimate="meanfield", n_init=1, random_state=0).fit(tr)
+    iw = BCE(3, alpha_estimate="iw", n_init=1, random_state=0).fit(tr)
     train = cavi.prepare_data(mf.ensemble_)
     held = cavi.prepare_data(mf.ensemble_.encode(te))
 
