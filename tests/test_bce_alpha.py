@@ -21,6 +21,7 @@ from consensuskit.estimators.bce import BCE
 from consensuskit.estimators.gbce import GBCE
 from consensuskit.inference import bce_alpha
 from consensuskit.inference import bce_cavi as cavi
+from consensuskit.inference.driver import Fit, Run
 from consensuskit.models import bce as bce_model
 
 
@@ -236,18 +237,24 @@ def test_estimator_counts_and_warns_stalled_alpha_steps(rng, monkeypatch):
 
 
 def test_restart_selection_counts_skipped_higher_bounds():
-    """A non-degenerate restart is kept over degenerate ones with higher bounds: counted
-    (n_higher_bound_skipped_) and warned; an all-degenerate set keeps the best bound."""
-    run = lambda bound, degenerate: {"bounds": [bound], "degenerate": degenerate}  # noqa: E731
+    """A non-degenerate restart kept over degenerate ones with higher bounds: counted
+    (n_higher_bound_skipped_) and warned; an all-degenerate set is warned about too."""
+    def fit_of(runs):
+        return Fit(runs=runs, best=max(runs, key=lambda r: r._key()))
+
+    runs = [Run(None, [-5.0], 1, degenerate=True), Run(None, [-9.0], 1),
+            Run(None, [-7.0], 1, degenerate=True), Run(None, [-10.0], 1, degenerate=True)]
     m = BCE(2)
     with pytest.warns(RuntimeWarning, match="2 degenerate restart"):
-        kept = m._select_restart([run(-5.0, True), run(-9.0, False), run(-7.0, True),
-                                  run(-10.0, True)], "BCE", "cap")
-    assert kept["bounds"] == [-9.0]
+        m._report_restarts(fit_of(runs), 2)
     assert m.n_higher_bound_skipped_ == 2 and m.n_degenerate_ == 3 and not m.degenerate_
     with pytest.warns(RuntimeWarning, match="every BCE restart"):
-        kept = m._select_restart([run(-5.0, True), run(-3.0, True)], "BCE", "cap")
-    assert kept["bounds"] == [-3.0] and m.degenerate_
+        m._report_restarts(fit_of([Run(None, [-5.0], 1, degenerate=True)]), 2)
+    assert m.degenerate_
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        m._report_restarts(fit_of([Run(None, [-5.0], 1), Run(None, [-7.0], 1)]), 2)
+    assert m.n_higher_bound_skipped_ == 0
 
 
 class _Fixed(GenerativeMixin):

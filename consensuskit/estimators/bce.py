@@ -15,14 +15,17 @@ from ..base import (
     check_n_clusters,
     check_positive_float,
     check_positive_int,
+    degenerate_advice,
     resolve_device,
     resolve_dtype,
     torch_generator,
 )
-from ..checkpoint import RunMonitor, check_checkpoint_params, read_checkpoint
+from ..checkpoint import check_checkpoint_params, checkpoint_writer, read_checkpoint
 from ..ensemble import Ensemble, as_ensemble
 from ..inference import bce_alpha
 from ..inference import bce_cavi as cavi
+from ..inference.driver import Fit, Run
+from ..inference.driver import fit as drive
 
 __all__ = ["BCE"]
 
@@ -71,7 +74,7 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         ``sum_i log p(x_i | alpha, beta)`` (:func:`consensuskit.inference.bce_alpha.refine_iw`),
         and ``gamma_`` is folded in again at the refined parameters.  On data simulated
         from BCE it brings the held-out perplexity to within 1% of the true parameters'
-        (``experiments/bce_alpha.py``).
+        (``experiments/bce_alpha.py``); it costs a few seconds more per fit.
     batch_size : int or None
         Row minibatch size for SVI (None: min(N, 1024)).
     learning_rate : float, default 0.05
@@ -84,11 +87,12 @@ class BCE(GenerativeMixin, ConsensusEstimator):
     verbose : bool, default False
         Show a progress bar over EM iterations / SVI steps.
     callback : callable or None
-        cavi: ``callback(state)`` after every EM iteration; ``state`` is a dict with
-        ``restart``, ``iteration``, ``lower_bound``, ``engine`` (alpha, beta, gamma,
-        bounds of the running restart), ``runs`` (finished restarts) and ``rs`` (the
-        random state).  Returning ``False`` stops the fit: the best restart so far
-        (the current one included) is kept and ``stopped_`` is True.
+        cavi: ``callback(state)`` after every EM iteration; ``state`` is the fit
+        driver's snapshot (:mod:`consensuskit.inference.driver`): ``restart``,
+        ``iteration``, ``lower_bound``, ``objectives`` (bounds of the running
+        restart), ``state`` (its alpha, beta, gamma), ``runs`` (finished restarts) and
+        ``rng`` (the random state).  Returning ``False`` stops the fit: the best
+        restart so far (the current one included) is kept and ``stopped_`` is True.
     checkpoint_path : str, path-like or None
         cavi: write the resumable state there every ``checkpoint_every`` iterations
         and when the callback stops the fit; continue with
@@ -130,17 +134,16 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         Degenerate restarts whose bound was higher than the kept (non-degenerate)
         one's; a warning says so when it is not 0.
     n_alpha_steps_rejected_ : int
-        Newton solves for alpha (summed over the kept restart's EM iterations) that
-        ended with a step no halving made acceptable, so alpha stayed where it was;
-        a warning says so when it is not 0.
+        EM iterations of the kept restart whose Newton solve for alpha found no step
+        that kept alpha positive and the bound from decreasing, so alpha stayed where it
+        was; a warning says so when it is not 0.
     stopped_ : bool
         True if the callback stopped the fit.
     """
 
     def __init__(self, n_clusters=2, *, inference="cavi", max_iter=100, tol=1e-6, n_init=3,
                  inner_iter=5, init="kmeans", smoothing=1e-6, alpha_estimate="meanfield",
-                 batch_size=None,
-                 learning_rate=0.05, n_perplexity_samples=200, random_state=None,
+                 batch_size=None, learning_rate=0.05, n_perplexity_samples=200, random_state=None,
                  device="cpu", dtype="float64", verbose=False, callback=None,
                  checkpoint_path=None, checkpoint_every=10):
         self.n_clusters = n_clusters
@@ -209,169 +212,134 @@ class BCE(GenerativeMixin, ConsensusEstimator):
             raise ValueError("resume_from needs inference='cavi'")
         return read_checkpoint(resume_from, self, ens, extra_digest)
 
-    def _run_restarts(self, ensemble, K, rs, engine, resume=None, extra_digest=""):
-        """``n_init`` restarts of ``engine(beta0, callback, resume)``, checkpointed.
-
-        Returns the list of engine results and whether the callback stopped the fit.
-        """
-        runs, start, engine_state = [], 0, None
-        if resume is not None:
-            start, runs, engine_state = resume["restart"], list(resume["runs"]), resume["engine"]
-            rs.set_state(resume["rs"])
-        current = [start]
-
-        def snapshot(st):  # the engine does not draw from rs, so rs is as after the init
-            return {"restart": current[0], "iteration": st["iteration"],
-                    "lower_bound": st["lower_bound"], "rs": rs.get_state(),
-                    "runs": list(runs), "engine": st}
-
-        monitor = RunMonitor(self, ensemble, snapshot, extra_digest)
-        name = type(self).__name__
-        for r in range(start, self.n_init):
-            current[0] = r
-            if engine_state is None:
-                beta0 = self._init_beta(ensemble, K, rs)
-            else:
-                beta0 = engine_state["beta"]
-            bar = None
-            if self.verbose:
-                from tqdm.auto import tqdm
-
-                bar = tqdm(total=self.max_iter, desc=f"{name} restart {r + 1}/{self.n_init}")
-
-            def callback(st, bar=bar):
-                if bar is not None:
-                    bar.update(1)
-                return monitor(st)
-
-            res = engine(beta0, callback, engine_state)
-            engine_state = None
-            if bar is not None:
-                bar.close()
-            runs.append(res)
-            if res["stopped"]:
-                break
-        return runs, monitor.stopped
-
     def _init_beta(self, ensemble, K, rs):
         if self.init == "kmeans":
             return cavi.init_beta_kmeans(ensemble, K, rs)
         return cavi.init_beta_random(ensemble, K, rs)
 
-    def _fit(self, ensemble: Ensemble, resume=None):
-        K, dev, dtype = self._validate(ensemble)
-        self._device, self._dtype = dev, dtype
-        rs = check_random_state(self.random_state)
-        data = cavi.prepare_data(ensemble, device=dev, dtype=dtype)
-        if self.inference == "svi":
-            from ..inference.bce_svi import fit_svi
+    def _engine(self, ensemble, data, K, features=None, **kw):
+        """The CAVI engine of this estimator's settings (``kw``: distributed hooks)."""
+        return cavi.CAVI(data, K, lambda rng: self._init_beta(ensemble, K, rng),
+                         inner_iter=self.inner_iter, smoothing=self.smoothing,
+                         features=features, **kw)
 
-            res = fit_svi(ensemble, data, K, beta0=self._init_beta(ensemble, K, rs),
-                          n_epochs=self.max_iter, batch_size=self.batch_size,
-                          learning_rate=self.learning_rate, smoothing=self.smoothing,
-                          random_state=rs, verbose=self.verbose)
-            degenerate_all = False
-            self.n_degenerate_ = self.n_higher_bound_skipped_ = 0
-            self.stopped_ = False
-        else:
-            def engine(beta0, callback, state):
-                return cavi.variational_em(
-                    data, K, beta0, max_iter=self.max_iter, tol=self.tol,
-                    inner_iter=self.inner_iter, smoothing=self.smoothing, callback=callback,
-                    resume=state)
+    def _drive(self, engine, ensemble, rs, resume=None, digest=""):
+        """``n_init`` restarts of ``engine`` under the fit driver (callback, checkpoints)."""
+        return drive(engine, max_iter=self.max_iter, n_runs=self.n_init, tol=self.tol, rng=rs,
+                     callback=self.callback,
+                     checkpoint=checkpoint_writer(self, ensemble, digest),
+                     checkpoint_every=self.checkpoint_every, resume=resume,
+                     progress=bool(self.verbose), desc=type(self).__name__,
+                     run_name="restart")
 
-            runs, self.stopped_ = self._run_restarts(ensemble, K, rs, engine, resume)
-            res = self._select_restart(runs, "BCE", f"{10 * int(ensemble.mask.sum(1).max())}, "
-                                       "10x the most labels of a row")
-            degenerate_all = self.degenerate_
-        alpha, beta, gamma = res["alpha"].detach(), res["beta"].detach(), res["gamma"]
-        self.log_marginals_ = []
-        self.iw_start_ = None
-        if self.alpha_estimate == "iw":
-            alpha, beta = self._refine_iw(ensemble, data, K, alpha, beta, gamma, rs)
-            gamma = cavi.fold_in(alpha, beta, data)
-        self._alpha_t = alpha
-        self._beta_t = beta
+    def _set_fitted(self, ensemble, fit, device=None, dtype=None):
+        """Fitted attributes from the driver's :class:`~consensuskit.inference.driver.Fit`."""
+        run = fit.best
+        state = run.params
+        self.stopped_ = bool(fit.stopped)
+        self._report_restarts(fit, int(state.alpha.shape[-1]))
+        self.n_alpha_steps_rejected_ = int(getattr(state, "n_alpha_rejected", 0))
+        if self.n_alpha_steps_rejected_:
+            warnings.warn(
+                f"{type(self).__name__}: in {self.n_alpha_steps_rejected_} EM iteration(s) the "
+                "Newton solve for alpha found no step that kept alpha positive and the bound "
+                "from decreasing, and left alpha unchanged (see n_alpha_steps_rejected_)",
+                RuntimeWarning, stacklevel=4)
+        self._alpha_t = state.alpha.detach()
+        self._beta_t = state.beta.detach()
+        if device is not None:
+            self._device, self._dtype = device, dtype
         self.alpha_ = self._alpha_t.cpu().numpy().astype(np.float64)
         self.beta_ = [b.cpu().numpy().astype(np.float64)
                       for b in cavi.unpack_beta(self._beta_t, ensemble.offsets)]
-        self.gamma_ = gamma.T.cpu().numpy().astype(np.float64)
+        self.gamma_ = state.gamma.T.cpu().numpy().astype(np.float64)
         self.membership_ = self.gamma_ / self.gamma_.sum(1, keepdims=True)
         self.labels_ = self.gamma_.argmax(1)
-        self.lower_bounds_ = [float(v) for v in res["bounds"]]
-        self.lower_bound_ = cavi.bound_at(alpha, beta, gamma, data, smoothing=self.smoothing)
-        self.n_iter_ = int(res["n_iter"])
-        self.converged_ = bool(res["converged"])
-        self.degenerate_ = bool(degenerate_all)
-        self._warn_alpha_steps(res, type(self).__name__)
-        return self
+        self.lower_bounds_ = [float(v) for v in run.objectives]
+        self.lower_bound_ = self.lower_bounds_[-1]
+        self.n_iter_ = int(run.n_iter)
+        self.converged_ = bool(run.converged)
+        return state
 
-    def _refine_iw(self, ensemble, data, K, alpha, beta, gamma, rs):
+    def _report_restarts(self, fit, K):
+        """``degenerate_``, ``n_degenerate_``, ``n_higher_bound_skipped_``, with warnings.
+
+        The driver keeps the best non-degenerate restart; a degenerate restart with a
+        higher bound passed over for it is counted and reported, not silently dropped.
+        """
+        best = fit.best
+        self.n_degenerate_ = int(fit.n_degenerate)
+        self.degenerate_ = bool(fit.all_degenerate)
+        self.n_higher_bound_skipped_ = sum(
+            r is not best and r.degenerate and r.objective > best.objective for r in fit.runs)
+        name = type(self).__name__
+        if self.degenerate_:
+            warnings.warn(
+                f"every {name} restart ran into the degenerate optimum "
+                "(sum(alpha) grew past 10 times the most (weighted) labels of a row); "
+                "returning the best bound. " + degenerate_advice(self.init, self.n_init, K),
+                RuntimeWarning, stacklevel=5)
+        elif self.n_higher_bound_skipped_:
+            warnings.warn(
+                f"{name} kept a non-degenerate restart over {self.n_higher_bound_skipped_} "
+                "degenerate restart(s) with a higher bound (the bound favours the degenerate "
+                "optimum; see n_higher_bound_skipped_)", RuntimeWarning, stacklevel=5)
+
+    def _refine_iw(self, ensemble, data, K, state, rs):
         """``alpha_estimate="iw"``: Monte Carlo EM on the marginal likelihood (bce_alpha).
 
         Two starts, the better by its estimated marginal likelihood: the variational fit,
         and BCE's ``alpha -> 0`` limit, the mixture model (MM's EM started from the
         variational memberships, ``alpha = pi``).  On BCE's own data the second usually
         wins by hundreds of nats: the mean-field ``beta`` is fitted against an inflated
-        ``alpha``.
+        ``alpha``.  ``state`` (alpha, beta, gamma) is updated in place.
         """
         from ..inference import mm_em
 
         g = torch_generator(rs, device="cpu")
         layout = mm_em.prepare(ensemble.codes, ensemble.n_labels, dtype=torch.float64)
-        resp = gamma / gamma.sum(0, keepdim=True)
+        resp = state.gamma / state.gamma.sum(0, keepdim=True)
         mm = mm_em.fit_em(layout, K, n_init=1, label_prior=1.0 + self.smoothing,
                           init=lambda restart: resp.detach().double().cpu())
+        alpha, beta = state.alpha.detach(), state.beta.detach()
         starts = [(alpha, beta), (mm.log_pi.exp().to(alpha), mm.log_theta.exp().to(beta))]
         pick, self.iw_start_log_marginals_ = bce_alpha.choose_start(starts, data, generator=g)
         self.iw_start_ = ("meanfield", "mixture")[pick]
         alpha, beta, info = bce_alpha.refine_iw(*starts[pick], data, smoothing=self.smoothing,
                                                 generator=g)
         self.log_marginals_ = info["log_marginals"]
-        return alpha, beta
+        state.alpha, state.beta = alpha, beta
+        state.gamma = cavi.fold_in(alpha, beta, data)
 
-    def _select_restart(self, runs, name, cap_text):
-        """The restart kept: the best bound among non-degenerate ones (all if none is).
+    def _fit(self, ensemble: Ensemble, resume=None):
+        K, dev, dtype = self._validate(ensemble)
+        self._device, self._dtype = dev, dtype
+        rs = check_random_state(self.random_state)
+        data = ensemble.label_data(dev, dtype)
+        if self.inference == "cavi":
+            fit = self._drive(self._engine(ensemble, data, K), ensemble, rs, resume)
+        else:
+            from ..inference.bce_svi import fit_svi
 
-        Sets ``degenerate_``, ``n_degenerate_`` and ``n_higher_bound_skipped_`` and warns
-        when every restart is degenerate or when a degenerate one had a higher bound.
-        """
-        best = None
-        for res in runs:
-            key = (not res["degenerate"], res["bounds"][-1])
-            if best is None or key > best[0]:
-                best = (key, res)
-        res = best[1]
-        self.degenerate_ = all(r["degenerate"] for r in runs)
-        self.n_degenerate_ = sum(r["degenerate"] for r in runs)
-        self.n_higher_bound_skipped_ = sum(r["degenerate"] and r["bounds"][-1] > res["bounds"][-1]
-                                           for r in runs)
-        if self.degenerate_:
-            warnings.warn(
-                f"every {name} restart ran into the degenerate optimum (sum(alpha) grew past "
-                f"{cap_text}); returning the best bound. Try more n_init or fewer n_clusters.",
-                RuntimeWarning, stacklevel=4)
-        elif self.n_higher_bound_skipped_:
-            warnings.warn(
-                f"{name} kept a non-degenerate restart over {self.n_higher_bound_skipped_} "
-                "degenerate restart(s) with a higher bound (the bound favours the degenerate "
-                "optimum; see n_higher_bound_skipped_)", RuntimeWarning, stacklevel=4)
-        return res
-
-    def _warn_alpha_steps(self, res, name):
-        """Report Newton solves for alpha that stayed put (``n_alpha_steps_rejected_``)."""
-        self.n_alpha_steps_rejected_ = int(res.get("n_alpha_rejected", 0))
-        if self.n_alpha_steps_rejected_:
-            warnings.warn(
-                f"{name}: in {self.n_alpha_steps_rejected_} EM iteration(s) the Newton solve "
-                "for alpha found no step that kept alpha positive and the bound from "
-                "decreasing, and left alpha unchanged (see n_alpha_steps_rejected_)",
-                RuntimeWarning, stacklevel=4)
+            res = fit_svi(ensemble, data, K, beta0=self._init_beta(ensemble, K, rs),
+                          n_epochs=self.max_iter, batch_size=self.batch_size,
+                          learning_rate=self.learning_rate, smoothing=self.smoothing,
+                          random_state=rs, verbose=self.verbose)
+            run = Run(cavi.CAVIState(res["alpha"], res["beta"], res["gamma"]), res["bounds"],
+                      res["n_iter"])
+            fit = Fit(runs=[run], best=run)
+        self.log_marginals_, self.iw_start_ = [], None
+        if self.alpha_estimate == "iw":
+            self._refine_iw(ensemble, data, K, fit.best.params, rs)
+        state = self._set_fitted(ensemble, fit)
+        self.lower_bound_ = cavi.bound_at(state.alpha, state.beta, state.gamma, data,
+                                          smoothing=self.smoothing)
+        return self
 
     # ------------------------------------------------------------------ fold-in
     def _fold_in(self, ensemble: Ensemble):
         check_is_fitted(self, "alpha_")
-        data = cavi.prepare_data(ensemble, device=self._device, dtype=self._dtype)
+        data = ensemble.label_data(self._device, self._dtype)
         return cavi.fold_in(self._alpha_t, self._beta_t, data), data
 
     def predict_proba(self, X, unknown="error"):
@@ -412,7 +380,7 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         se : float
         """
         check_is_fitted(self, "alpha_")
-        data = cavi.prepare_data(ensemble, device=self._device, dtype=self._dtype)
+        data = ensemble.label_data(self._device, self._dtype)
         g = torch_generator(self.random_state, device=self._device)
         per_row, se = bce_alpha.log_marginal(self._alpha_t, self._beta_t, data,
                                              self.n_perplexity_samples, g)

@@ -42,6 +42,8 @@ import math
 import numpy as np
 import torch
 
+from ..ensemble import LabelData
+
 __all__ = ["sequential_log_weights", "log_marginal", "refine_iw", "choose_start",
            "log_dirichlet_multinomial", "exact_log_marginal"]
 
@@ -53,7 +55,7 @@ def sequential_log_weights(alpha, beta, data, n_samples: int, generator, rows=sl
     Parameters
     ----------
     alpha : Tensor (K,);  beta : Tensor (K, L) (concatenated label distributions)
-    data : :class:`~consensuskit.inference.bce_cavi.BCEData`
+    data : :class:`~consensuskit.ensemble.LabelData`
     n_samples : int
         ``S``, particles per row.
     generator : torch.Generator
@@ -233,9 +235,7 @@ def _beta_from_particles(w, z, data, K: int, smoothing: float):
 
 
 def _subset_rows(data, rows):
-    from .bce_cavi import BCEData
-
-    return BCEData(idx=data.idx[:, rows], mask=None if data.mask is None else data.mask[:, rows],
+    return LabelData(idx=data.idx[:, rows], mask=None if data.mask is None else data.mask[:, rows],
                    n_observed_rows=data.n_observed_rows[rows], offsets=data.offsets,
                    n_labels=data.n_labels)
 
@@ -313,11 +313,9 @@ def choose_start(starts, data, *, n_samples: int = 64, max_rows: int = 20000, ge
 
 
 def _to_cpu64(data):
-    from .bce_cavi import BCEData
-
     if data.idx.device.type == "cpu" and data.n_observed_rows.dtype == torch.float64:
         return data
-    return BCEData(idx=data.idx.cpu(),
+    return LabelData(idx=data.idx.cpu(),
                    mask=None if data.mask is None else data.mask.cpu().double(),
                    n_observed_rows=data.n_observed_rows.cpu().double(), offsets=data.offsets,
                    n_labels=data.n_labels)
