@@ -300,7 +300,7 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         layout = mm_em.prepare(ensemble.codes, ensemble.n_labels, dtype=torch.float64)
         resp = state.gamma / state.gamma.sum(0, keepdim=True)
         mm = mm_em.fit_em(layout, K, n_init=1, label_prior=1.0 + self.smoothing,
-                          init=lambda restart: resp.detach().double().cpu())
+                          init=lambda restart: resp.detach().double().cpu()).params
         alpha, beta = state.alpha.detach(), state.beta.detach()
         starts = [(alpha, beta), (mm.log_pi.exp().to(alpha), mm.log_theta.exp().to(beta))]
         pick, self.iw_start_log_marginals_ = bce_alpha.choose_start(starts, data, generator=g)
