@@ -37,16 +37,26 @@ from consensuskit.inference.bce_alpha import exact_log_marginal
 K, ALPHA, LABELS, BETA_CONC = 4, 0.3, 4, 0.5
 
 
-def simulate(rng, n_rows, n_partitions):
-    """BCE's generative process; returns labels (N, M), alpha (K,), betas [(K, k_j)]."""
-    alpha = np.full(K, ALPHA)
-    betas = [rng.dirichlet(np.full(LABELS, BETA_CONC), size=K) for _ in range(n_partitions)]
-    theta = rng.dirichlet(alpha, size=n_rows)
+def simulate(rng, n_rows, n_partitions, n_clusters=K, n_labels=LABELS, alpha=ALPHA,
+             beta_concentration=BETA_CONC, missing=0.0):
+    """BCE's generative process; returns labels (N, M), alpha (K,), betas [(K, k_j)].
+
+    Every row of every ``beta_j`` is drawn from a symmetric Dirichlet; with ``missing``
+    that fraction of labels (outside column 0) is set to -1.
+    """
+    a = np.full(n_clusters, alpha)
+    betas = [rng.dirichlet(np.full(n_labels, beta_concentration), size=n_clusters)
+             for _ in range(n_partitions)]
+    theta = rng.dirichlet(a, size=n_rows)
     X = np.empty((n_rows, n_partitions), dtype=np.int64)
     for j, b in enumerate(betas):
-        z = np.array([rng.choice(K, p=t) for t in theta])
-        X[:, j] = [rng.choice(LABELS, p=b[h]) for h in z]
-    return X, alpha, betas
+        z = np.array([rng.choice(n_clusters, p=t) for t in theta])
+        X[:, j] = [rng.choice(n_labels, p=b[h]) for h in z]
+    if missing:
+        drop = rng.random(X.shape) < missing
+        drop[:, 0] = False
+        X = np.where(drop, -1, X)
+    return X, a, betas
 
 
 def exact_rows(alpha, betas, ensemble: Ensemble):

@@ -23,22 +23,13 @@ from consensuskit.inference import bce_alpha
 from consensuskit.inference import bce_cavi as cavi
 from consensuskit.inference.driver import Fit, Run
 from consensuskit.models import bce as bce_model
+from experiments.bce_alpha import simulate as simulate_bce
 
 
 def simulate(rng, N, M, K=3, k=4, a=0.3, beta_conc=0.5, missing=0.0):
-    """Rows from BCE's generative process (theta ~ Dir(alpha), z ~ theta, x ~ beta_j[z])."""
-    alpha = np.full(K, a)
-    betas = [rng.dirichlet(np.full(k, beta_conc), size=K) for _ in range(M)]
-    theta = rng.dirichlet(alpha, size=N)
-    X = np.empty((N, M), dtype=np.int64)
-    for j, b in enumerate(betas):
-        z = np.array([rng.choice(K, p=t) for t in theta])
-        X[:, j] = [rng.choice(k, p=b[h]) for h in z]
-    if missing:
-        drop = rng.random(X.shape) < missing
-        drop[:, 0] = False
-        X = np.where(drop, -1, X)
-    return X, alpha, betas
+    """Rows from BCE's generative process (the experiment's simulator)."""
+    return simulate_bce(rng, N, M, n_clusters=K, n_labels=k, alpha=a,
+                        beta_concentration=beta_conc, missing=missing)
 
 
 def _brute_log_marginal(alpha, betas, codes):
