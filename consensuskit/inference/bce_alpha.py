@@ -49,7 +49,7 @@ __all__ = ["sequential_log_weights", "log_marginal", "refine_iw", "choose_start"
 
 
 def sequential_log_weights(alpha, beta, data, n_samples: int, generator, rows=slice(None),
-                           keep_assignments: bool = False):
+                           keep_assignments: bool = False, proposal_alpha=None):
     """Draw ``n_samples`` particles per row; return their log weights and counts.
 
     Parameters
@@ -63,6 +63,9 @@ def sequential_log_weights(alpha, beta, data, n_samples: int, generator, rows=sl
         The rows to estimate (all by default).
     keep_assignments : bool
         Also return the drawn ``z`` (needed to re-estimate beta).
+    proposal_alpha : Tensor (K,) or None
+        Draw with this alpha in the conditionals instead (the weights correct for it
+        exactly); a floor on it keeps mixed assignments in view when alpha is tiny.
 
     Returns
     -------
@@ -84,16 +87,20 @@ def sequential_log_weights(alpha, beta, data, n_samples: int, generator, rows=sl
     log_w = beta.new_zeros(n_samples, n)
     seen = beta.new_zeros(n)  # V_i^{<j}, the same for every particle
     a_sum = a.sum()
+    ap = a if proposal_alpha is None else proposal_alpha.to(a)
     zs = []
     for j in range(data.n_partitions):
         idx, mask = data.column(j, rows)
-        p = (a + counts) * beta_ext[:, idx].T  # (S, n, K)
+        p = (ap + counts) * beta_ext[:, idx].T  # (S, n, K)
         cum = p.cumsum(-1)
         tot = cum[..., -1]
-        step = torch.log(tot) - torch.log(a_sum + seen)
         u = torch.rand(n_samples, n, 1, generator=generator, dtype=p.dtype,
                        device=p.device) * tot[..., None]
         z = (u > cum).sum(-1).clamp_(max=K - 1)
+        step = torch.log(tot) - torch.log(a_sum + seen)
+        if proposal_alpha is not None:  # target (a_z + n_z) over proposal (a'_z + n_z)
+            n_z = counts.gather(-1, z[..., None])[..., 0]
+            step = step + torch.log(a[z] + n_z) - torch.log(ap[z] + n_z)
         if keep_assignments:
             zs.append(z)
         hit = torch.nn.functional.one_hot(z, K).to(p.dtype)
@@ -242,7 +249,7 @@ def _subset_rows(data, rows):
 
 def refine_iw(alpha, beta, data, *, n_samples: int = 64, n_rounds: int = 4,
               inner_iter: int = 3, smoothing: float = 1e-6, max_rows: int = 20000,
-              generator=None):
+              proposal_floor: float = 0.1, generator=None):
     """Monte Carlo EM for ``(alpha, beta)`` on the importance-weighted marginal likelihood.
 
     Starting from ``(alpha, beta)`` (the CAVI fit), each of ``n_rounds`` rounds draws
@@ -254,7 +261,11 @@ def refine_iw(alpha, beta, data, *, n_samples: int = 64, n_rounds: int = 4,
     ``F`` for the round's particles.  ``beta`` is refined with ``alpha`` because the
     mean-field ``beta`` was fitted against the biased ``alpha`` (alone, the alpha step
     closed only about half the gap to the true parameters' held-out perplexity).
-    At most ``max_rows`` rows (a random subset) are used.
+    At most ``max_rows`` rows (a random subset) are used.  Particles are drawn with
+    ``max(alpha_h, proposal_floor)`` in the conditionals (and weighted for it): drawn at
+    a tiny alpha they would all keep a row in one cluster, and the fixed-particle
+    objective could then not see that a larger alpha fits better (alpha would stick
+    at the mixture limit).
 
     Returns
     -------
@@ -277,7 +288,8 @@ def refine_iw(alpha, beta, data, *, n_samples: int = 64, n_rounds: int = 4,
     log_marginals = []
     for _ in range(n_rounds):
         lw, counts, z = sequential_log_weights(a, b, data, n_samples, generator,
-                                               keep_assignments=True)
+                                               keep_assignments=True,
+                                               proposal_alpha=a.clamp(min=proposal_floor))
         log_marginals.append(float((torch.logsumexp(lw, 0) - math.log(n_samples)).sum()))
         terms = _CountTerms(counts)
         base = lw - terms.log_dm(a) - _log_beta_of(b, z, data)
