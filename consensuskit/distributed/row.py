@@ -59,9 +59,10 @@ def row_setup(comm: Comm, data: cavi.BCEData, cfg: EMConfig):
     return int(round(float(n))), cap
 
 
-def _local_bound(alpha, beta, gamma, phi_sum, stats, plogp):
+def _local_bound(alpha, beta, gamma, phi_sum, stats, plogp, terms):
     """This rank's rows' share of ``L(alpha, beta; phi, gamma)`` (no smoothing term)."""
-    return cavi.lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=0.0)
+    return cavi.lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=0.0,
+                            terms=terms)
 
 
 def fit_rows_exact(comm: Comm, data: cavi.BCEData, cfg: EMConfig, alpha0, beta0, hook=None):
@@ -103,9 +104,10 @@ def fit_rows_exact(comm: Comm, data: cavi.BCEData, cfg: EMConfig, alpha0, beta0,
     bar = progress(cfg, comm.rank, f"BCE row-distributed (P={comm.world_size})")
     it = 0
     for it in range(1, cfg.max_iter + 1):
-        gamma, phi_sum, stats_p, plogp_p, _ = cavi.e_step(
-            alpha, beta, data, gamma, cfg.inner_iter, chunk_size=cfg.chunk_size)
-        suff_p = cavi.elog_dirichlet(gamma).sum(1)
+        gamma, phi_sum, stats_p, plogp_p, _, terms = cavi.e_step(
+            alpha, beta, data, gamma, cfg.inner_iter, chunk_size=cfg.chunk_size,
+            with_terms=True)
+        suff_p = terms.suff.to(dtype)
         buf = torch.cat([stats_p.reshape(-1), suff_p]).to(torch.float64)
         comm.all_reduce(buf, "row/suffstats")
         buf = buf.to(dtype)
@@ -114,7 +116,7 @@ def fit_rows_exact(comm: Comm, data: cavi.BCEData, cfg: EMConfig, alpha0, beta0,
         beta = cavi.update_beta(stats, data.offsets, cfg.smoothing)
         alpha, _ = cavi.update_alpha(alpha, suff, N, tol=cfg.newton_tol, ensure_ascent=True,
                                      alpha_cap=alpha_cap)
-        lb_p = torch.tensor([_local_bound(alpha, beta, gamma, phi_sum, stats_p, plogp_p)],
+        lb_p = torch.tensor([_local_bound(alpha, beta, gamma, phi_sum, stats_p, plogp_p, terms)],
                             dtype=torch.float64)
         comm.all_reduce(lb_p, "row/bound")
         lb = float(lb_p) + cfg.smoothing * float(torch.log(beta).sum(dtype=torch.float64))
@@ -198,13 +200,14 @@ def fit_rows_sequential(comm: Comm, data: cavi.BCEData, cfg: EMConfig, alpha0, b
                     comm.send(buf, nxt, "rowseq/params")
                 break
         it += 1
-        gamma, phi_sum, stats_p, plogp_p, _ = cavi.e_step(
-            alpha, beta, data, gamma, cfg.inner_iter, chunk_size=cfg.chunk_size)
-        suff_p = cavi.elog_dirichlet(gamma).sum(1)
+        gamma, phi_sum, stats_p, plogp_p, _, terms = cavi.e_step(
+            alpha, beta, data, gamma, cfg.inner_iter, chunk_size=cfg.chunk_size,
+            with_terms=True)
+        suff_p = terms.suff.to(dtype)
         beta = cavi.update_beta(stats_p, data.offsets, cfg.smoothing)
         alpha, _ = cavi.update_alpha(alpha, suff_p, n_local, tol=cfg.newton_tol,
                                      ensure_ascent=True, alpha_cap=alpha_cap)
-        acc += _local_bound(alpha, beta, gamma, phi_sum, stats_p, plogp_p)
+        acc += _local_bound(alpha, beta, gamma, phi_sum, stats_p, plogp_p, terms)
         stop = False
         if r == P - 1:
             lb = acc + cfg.smoothing * float(torch.log(beta).sum(dtype=torch.float64))

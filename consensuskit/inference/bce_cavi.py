@@ -33,6 +33,7 @@ for the entropy term of the bound are accumulated.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +50,8 @@ __all__ = [
     "update_alpha",
     "alpha_objective",
     "lower_bound",
+    "RowTerms",
+    "row_terms",
     "phi_log_phi",
     "initial_gamma",
     "e_step",
@@ -318,7 +321,40 @@ def _sum64(x) -> float:
     return float(x.sum(dtype=torch.float64))
 
 
-def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: float = 0.0):
+@dataclass
+class RowTerms:
+    """Per-row pieces of the bound, summed over rows, at the E-step's final ``gamma``.
+
+    With ``E_ih = psi(gamma_ih) - psi(sum_h gamma_ih)``:
+
+    Attributes
+    ----------
+    suff : Tensor (K,)
+        ``S_h = sum_i E_ih``, alpha's sufficient statistic (eq. 8).
+    cross : float
+        ``sum_ih (phi_sum_ih - gamma_ih) E_ih``.
+    lgamma : float
+        ``sum_i [sum_h lnG(gamma_ih) - lnG(sum_h gamma_ih)]``.
+    n_rows : int
+    """
+
+    suff: torch.Tensor
+    cross: float
+    lgamma: float
+    n_rows: int
+
+
+def row_terms(gamma, phi_sum) -> RowTerms:
+    """:class:`RowTerms` of ``gamma`` (K, N) and ``phi_sum`` (K, N) by torch (any device)."""
+    E = elog_dirichlet(gamma)
+    suff = E.sum(1, dtype=torch.float64)
+    cross = _sum64((phi_sum - gamma) * E)
+    lg = _sum64(torch.lgamma(gamma)) - _sum64(torch.lgamma(gamma.sum(0)))
+    return RowTerms(suff=suff, cross=cross, lgamma=lg, n_rows=int(gamma.shape[1]))
+
+
+def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: float = 0.0,
+                terms: RowTerms | None = None):
     """The variational lower bound ``L(alpha, beta; phi, gamma)`` (natural log), summed over rows.
 
     For each row ``i`` (``E_h = psi(gamma_ih) - psi(sum_h gamma_ih)``, observed ``j`` only)::
@@ -328,7 +364,10 @@ def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: f
         - lnG(sum gamma_i) + sum_h lnG(gamma_ih) - sum_h (gamma_ih - 1) E_h
         - sum_j sum_h phi_ijh ln phi_ijh
 
-    computed from sufficient statistics, so phi need not be stored.
+    computed from sufficient statistics, so phi need not be stored: with the
+    :class:`RowTerms` ``S``, ``cross`` and ``lgamma`` of ``(gamma, phi_sum)`` the row sums
+    are ``a . S + cross + lgamma`` (since ``(a_h - 1) E_h + phi_sum E_h - (gamma - 1) E_h
+    = a_h E_h + (phi_sum - gamma) E_h``).
 
     Parameters
     ----------
@@ -343,17 +382,19 @@ def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: f
         If > 0, adds ``smoothing * sum ln beta`` -- the log of the ``Dirichlet(1 + s)``
         prior on each beta row (up to a constant) that :func:`update_beta` maximises
         jointly with the bound; with it the EM objective is exactly non-decreasing.
+    terms : RowTerms, optional
+        The row terms of ``(gamma, phi_sum)`` when already computed (the CPU E-step
+        forms them in its last pass); else they are computed here (:func:`row_terms`).
     """
-    N = gamma.shape[1]
-    E = elog_dirichlet(gamma)
-    a = alpha.to(gamma.dtype)
-    const = N * (float(torch.lgamma(a.sum().double())) - _sum64(torch.lgamma(a.double())))
-    t = ((a[:, None] - gamma + phi_sum) * E).sum(dtype=torch.float64)
-    t += _sum64(torch.lgamma(gamma)) - _sum64(torch.lgamma(gamma.sum(0)))
+    if terms is None:
+        terms = row_terms(gamma, phi_sum)
+    N = terms.n_rows
+    a = alpha.detach().to(torch.float64).cpu()
+    const = N * (float(torch.lgamma(a.sum())) - float(torch.lgamma(a).sum()))
+    t = float((a * terms.suff.to(a)).sum()) + terms.cross + terms.lgamma
     logb = torch.log(beta)
-    t += (stats * logb).sum(dtype=torch.float64)
-    # (a_h - 1) E_h + phi_sum E_h - (gamma - 1) E_h == (a - gamma + phi_sum) E_h
-    val = const + float(t) - float(phi_log_phi)
+    t += _sum64(stats * logb)
+    val = const + t - float(phi_log_phi)
     if smoothing:
         val += smoothing * _sum64(logb)
     return val
@@ -365,7 +406,8 @@ def phi_log_phi(phi) -> float:
 
 
 def e_step(alpha, beta, data: BCEData, gamma, n_iter: int, *, collect: bool = True,
-           tol: float = 0.0, chunk_size: int = 8192, backend: str = "auto"):
+           tol: float = 0.0, chunk_size: int = 8192, backend: str = "auto",
+           n_jobs: int | None = None, with_terms: bool = False):
     """The estimator's E-step: ``n_iter`` passes of (phi, gamma) updates, warm-started.
 
     Rows are processed in chunks of ``chunk_size`` (the updates are independent
@@ -399,19 +441,27 @@ def e_step(alpha, beta, data: BCEData, gamma, n_iter: int, *, collect: bool = Tr
     phi_log_phi : float or None
     n_passes : int
         Largest number of passes used by a chunk.
+    terms : RowTerms
+        Only with ``with_terms=True`` (and ``collect``): the bound's row terms and
+        alpha's statistic at the returned gamma (:class:`RowTerms`), formed by the CPU
+        kernel in its last pass, by :func:`row_terms` on the torch backend.
 
     ``backend``: ``"torch"`` (any device; the reference), ``"numba"`` (CPU only, a fused
     per-row kernel computing the same quantities, see
     :mod:`consensuskit.inference._bce_numba`), or ``"auto"`` (numba on CPU when
-    ``tol == 0``, else torch).
+    ``tol == 0``, else torch).  ``n_jobs``: threads for the numba kernel's row blocks
+    (None: torch's setting, ``torch.get_num_threads()``; -1: one per CPU).
     """
+    if with_terms and not collect:
+        raise ValueError("e_step: with_terms needs collect=True")
     if backend not in ("auto", "torch", "numba"):
         raise ValueError(f"backend must be 'auto', 'torch' or 'numba'; got {backend!r}")
     if backend == "auto":
         backend = "numba" if (gamma.device.type == "cpu" and tol == 0 and _have_numba()) \
             else "torch"
     if backend == "numba":
-        return _e_step_numba(alpha, beta, data, gamma, n_iter, collect)
+        out = _e_step_numba(alpha, beta, data, gamma, n_iter, collect, n_jobs)
+        return out if with_terms else out[:5]
     if collect and tol > 0:
         raise ValueError("e_step: tol > 0 (early stopping) is only for collect=False")
     K, N = gamma.shape
@@ -462,6 +512,9 @@ def e_step(alpha, beta, data: BCEData, gamma, n_iter: int, *, collect: bool = Tr
     if collect:
         stats_L = stats[:, :L]
         plogp += _sum64(stats_L * logb_ext[:, :L])
+        if with_terms:
+            return (gamma_out, phi_sum, stats_L, plogp, max_passes,
+                    row_terms(gamma_out, phi_sum))
         return gamma_out, phi_sum, stats_L, plogp, max_passes
     return gamma_out, phi_sum, None, None, max_passes
 
@@ -474,29 +527,34 @@ def _have_numba() -> bool:
     return True
 
 
-def _e_step_numba(alpha, beta, data, gamma, n_iter, collect):
-    from ._bce_numba import estep_rows
+def _e_step_numba(alpha, beta, data, gamma, n_iter, collect, n_jobs=None):
+    """:func:`e_step` by the fused kernel; returns its 5 outputs and the :class:`RowTerms`."""
+    from ._bce_numba import run_estep
 
     if gamma.device.type != "cpu":
         raise ValueError("backend='numba' needs CPU tensors")
     K, N = gamma.shape
     L = data.n_total_labels
     idx, mask = data.row_layout()
-    a = alpha.detach().to(gamma.dtype).numpy()
-    betaT = np.ascontiguousarray(_extend(beta).T.numpy())
-    g = np.ascontiguousarray(gamma.T.numpy())  # (N, K) copy
-    phisum = np.empty_like(g)
-    stats = np.zeros((L + 1, K))
-    has_mask = mask is not None
-    m = mask if has_mask else np.zeros((1, 1), dtype=g.dtype)
-    part = estep_rows(a, betaT, idx, m, has_mask, g, int(n_iter), bool(collect), stats, phisum)
-    gamma_out = torch.from_numpy(g).T.contiguous()
-    phi_sum = torch.from_numpy(phisum).T.contiguous()
+    dt = gamma.dtype
+    betaT = np.ascontiguousarray(_extend(beta.detach().to(dt)).T.numpy())
+    if mask is not None and mask.dtype != betaT.dtype:
+        mask = mask.astype(betaT.dtype)
+    if n_jobs is None:
+        n_jobs = torch.get_num_threads()
+    elif n_jobs < 0:
+        n_jobs = os.cpu_count() or 1
+    g_out, ps, stats, terms = run_estep(
+        alpha.detach().to(torch.float64).numpy(), betaT, idx, mask,
+        gamma.detach().contiguous().numpy(), int(n_iter), bool(collect), n_threads=n_jobs)
+    gamma_out, phi_sum = torch.from_numpy(g_out), torch.from_numpy(ps)
     if not collect:
-        return gamma_out, phi_sum, None, None, n_iter
+        return gamma_out, phi_sum, None, None, n_iter, None
     st = torch.from_numpy(stats[:L].T.copy())
-    plogp = part + float((st * torch.log(beta.double())).sum())
-    return gamma_out, phi_sum, st.to(beta.dtype), plogp, n_iter
+    plogp = float(terms[K]) + float((st * torch.log(beta.detach().double())).sum())
+    rt = RowTerms(suff=torch.from_numpy(terms[:K].copy()), cross=float(terms[K + 1]),
+                  lgamma=float(terms[K + 2]), n_rows=N)
+    return gamma_out, phi_sum, st.to(beta.dtype), plogp, n_iter, rt
 
 
 def initial_gamma(alpha, data: BCEData, dtype=None):
@@ -519,17 +577,21 @@ def fold_in(alpha, beta, data: BCEData, *, max_iter: int = 500, tol: float = 1e-
 # initialisation and the full variational EM loop
 # ---------------------------------------------------------------------------------------
 def init_beta_kmeans(ensemble, n_clusters: int, random_state, *, smoothing: float = 1e-2,
-                     max_rows: int = 20000):
+                     max_rows: int = 20000, n_jobs: int | None = None):
     """Initial beta from k-means on the one-hot labels, as a ``(K, L)`` float64 array.
 
     k-means (``n_init=1``) runs on at most ``max_rows`` randomly chosen rows of the
     sparse one-hot matrix; each centroid's block of column ``j`` is the fraction
     of the cluster's members carrying each label of ``j``, i.e. a label
     distribution.  ``smoothing`` is added before each block is normalised, so no
-    label starts at probability 0.
+    label starts at probability 0.  k-means runs on ``n_jobs`` OpenMP threads (None:
+    torch's setting, ``torch.get_num_threads()``), so a user who limits torch to one
+    thread is not charged for scikit-learn's thread pool (on a busy machine its
+    spinning threads cost several times the work itself).
     """
     from sklearn.cluster import KMeans
     from sklearn.utils import check_random_state
+    from threadpoolctl import threadpool_limits
 
     rs = check_random_state(random_state)
     N = ensemble.n_samples
@@ -537,7 +599,8 @@ def init_beta_kmeans(ensemble, n_clusters: int, random_state, *, smoothing: floa
     sub = ensemble.subset(rows)
     B = sub.onehot(dtype=np.float64)
     km = KMeans(n_clusters=n_clusters, n_init=1, random_state=rs.randint(2**31 - 1))
-    lab = km.fit_predict(B)
+    with threadpool_limits(limits=n_jobs or torch.get_num_threads(), user_api="openmp"):
+        lab = km.fit_predict(B)
     import scipy.sparse as sp
 
     assign = sp.csr_matrix((np.ones(lab.size), (lab, np.arange(lab.size))),
@@ -559,8 +622,8 @@ def init_beta_random(ensemble, n_clusters: int, random_state):
 def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_iter: int = 100,
                    tol: float = 1e-6, inner_iter: int = 5, smoothing: float = 1e-6,
                    alpha_cap: float | None = None, newton_tol: float = 1e-10,
-                   chunk_size: int = 8192, backend: str = "auto", callback=None,
-                   resume=None):
+                   chunk_size: int = 8192, backend: str = "auto", n_jobs: int | None = None,
+                   callback=None, resume=None):
     """One run of the estimator's variational EM from ``beta0`` (K, L).
 
     Each iteration: :func:`e_step` (``inner_iter`` warm-started passes), then
@@ -569,7 +632,8 @@ def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_it
     decreases.  Stops when its relative change is ``<= tol``, after ``max_iter``
     iterations, or when ``sum(alpha)`` passes ``alpha_cap`` (degenerate optimum:
     the prior swamps the data, every ``theta_i`` collapses onto the same mean);
-    default ``alpha_cap = 10 * max_i V_i``.  ``backend`` is passed to :func:`e_step`.
+    default ``alpha_cap = 10 * max_i V_i``.  ``backend`` and ``n_jobs`` are passed to
+    :func:`e_step`.
 
     ``callback(state)``, if given, is called after every iteration with ``state`` a
     dict of ``iteration``, ``lower_bound``, ``alpha``, ``beta``, ``gamma``, ``bounds``
@@ -602,13 +666,14 @@ def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_it
         converged, degenerate = bool(resume["converged"]), bool(resume["degenerate"])
     while it < max_iter and not (converged or degenerate):
         it += 1
-        gamma, phi_sum, stats, plogp, _ = e_step(alpha, beta, data, gamma, inner_iter,
-                                                 chunk_size=chunk_size, backend=backend)
+        gamma, phi_sum, stats, plogp, _, terms = e_step(
+            alpha, beta, data, gamma, inner_iter, chunk_size=chunk_size, backend=backend,
+            n_jobs=n_jobs, with_terms=True)
         beta = update_beta(stats, data.offsets, smoothing)
-        suff = elog_dirichlet(gamma).sum(1)
-        alpha, _ = update_alpha(alpha, suff, N, tol=newton_tol, ensure_ascent=True,
-                                alpha_cap=alpha_cap)
-        lb = lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=smoothing)
+        alpha, _ = update_alpha(alpha, terms.suff.to(alpha), N, tol=newton_tol,
+                                ensure_ascent=True, alpha_cap=alpha_cap)
+        lb = lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=smoothing,
+                         terms=terms)
         bounds.append(lb)
         degenerate = float(alpha.sum()) > alpha_cap
         converged = (not degenerate and len(bounds) > 1

@@ -348,7 +348,7 @@ def feature_log_prior(mu, sigma2, center, spread, smoothing: float) -> float:
 
 
 def lower_bound(alpha, beta, mu, sigma2, gamma, phi_sum, stats, fstats, phi_log_phi, data,
-                *, smoothing: float = 0.0, feature_smoothing: float = 0.0):
+                *, smoothing: float = 0.0, feature_smoothing: float = 0.0, terms=None):
     """The weighted GBCE bound (module docstring), plus the smoothing log-priors.
 
     Parameters
@@ -366,8 +366,11 @@ def lower_bound(alpha, beta, mu, sigma2, gamma, phi_sum, stats, fstats, phi_log_
         BCE's beta pseudo-count (adds ``smoothing * sum ln beta``).
     feature_smoothing : float
         ``nu`` (adds :func:`feature_log_prior`).
+    terms : bce_cavi.RowTerms, optional
+        The row terms of ``(gamma, phi_sum)`` if already computed (see :func:`e_step`).
     """
-    val = bce.lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, smoothing=smoothing)
+    val = bce.lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, smoothing=smoothing,
+                          terms=terms)
     if fstats is not None and data.n_features:
         W, S1, S2 = fstats
         val += feature_expected_loglik(mu, sigma2, W, S1, S2, data.center)
@@ -378,7 +381,7 @@ def lower_bound(alpha, beta, mu, sigma2, gamma, phi_sum, stats, fstats, phi_log_
 # ---------------------------------------------------------------- schedule
 def e_step(alpha, beta, mu, sigma2, data: GBCEData, gamma, n_iter: int, *,
            collect: bool = True, tol: float = 0.0, chunk_size: int = 8192,
-           backend: str = "auto"):
+           backend: str = "auto", with_terms: bool = False):
     """``n_iter`` warm-started passes of (phi, gamma) updates, as :func:`bce_cavi.e_step`.
 
     Same schedule and arithmetic as BCE's torch E-step (rows in chunks; per pass,
@@ -402,6 +405,9 @@ def e_step(alpha, beta, mu, sigma2, data: GBCEData, gamma, n_iter: int, *,
     fstats : tuple (W, S1, S2) or None
     phi_log_phi : float or None
     n_passes : int
+    terms : bce_cavi.RowTerms
+        Only with ``with_terms=True``: the bound's row terms and alpha's statistic at
+        the returned gamma (from BCE's kernel when the problem is handed to it).
     """
     if backend not in ("auto", "torch"):
         raise ValueError(f"backend must be 'auto' or 'torch'; got {backend!r}")
@@ -409,9 +415,9 @@ def e_step(alpha, beta, mu, sigma2, data: GBCEData, gamma, n_iter: int, *,
         raise ValueError("e_step: tol > 0 (early stopping) is only for collect=False")
     lab = data.labels
     if backend == "auto" and not data.n_features and bool((data.label_weight == 1).all()):
-        g, ps, st, pl, n = bce.e_step(alpha, beta, lab, gamma, n_iter, collect=collect, tol=tol,
-                                      chunk_size=chunk_size)
-        return g, ps, st, None, pl, n
+        out = bce.e_step(alpha, beta, lab, gamma, n_iter, collect=collect, tol=tol,
+                         chunk_size=chunk_size, with_terms=with_terms)
+        return out[:3] + (None,) + out[3:]
     K, N = gamma.shape
     M = lab.n_partitions
     L = lab.n_total_labels
@@ -494,6 +500,9 @@ def e_step(alpha, beta, mu, sigma2, data: GBCEData, gamma, n_iter: int, *,
         plogp += bce._sum64(stats_L * logb_ext[:, :L])
         plogp += plogp_f
         fstats = (W, S1, S2) if D else None
+        if with_terms:
+            return (gamma_out, phi_sum, stats_L, fstats, plogp, max_passes,
+                    bce.row_terms(gamma_out, phi_sum))
         return gamma_out, phi_sum, stats_L, fstats, plogp, max_passes
     return gamma_out, phi_sum, None, None, None, max_passes
 
@@ -576,18 +585,17 @@ def variational_em(data: GBCEData, n_clusters: int, beta0, alpha0=None, mu0=None
         converged, degenerate = bool(resume["converged"]), bool(resume["degenerate"])
     while it < max_iter and not (converged or degenerate):
         it += 1
-        gamma, phi_sum, stats, fstats, plogp, _ = e_step(alpha, beta, mu, sigma2, data, gamma,
-                                                         inner_iter, chunk_size=chunk_size,
-                                                         backend=backend)
+        gamma, phi_sum, stats, fstats, plogp, _, terms = e_step(
+            alpha, beta, mu, sigma2, data, gamma, inner_iter, chunk_size=chunk_size,
+            backend=backend, with_terms=True)
         beta = update_beta(stats, lab.offsets, smoothing)
         if fstats is not None:
             mu, sigma2 = update_gaussian(*fstats, data.center, data.spread, feature_smoothing,
                                          mu=mu, sigma2=sigma2)
-        suff = elog_dirichlet(gamma).sum(1)
-        alpha, _ = update_alpha(alpha, suff, N, tol=newton_tol, ensure_ascent=True,
-                                alpha_cap=alpha_cap)
+        alpha, _ = update_alpha(alpha, terms.suff.to(alpha), N, tol=newton_tol,
+                                ensure_ascent=True, alpha_cap=alpha_cap)
         lb = lower_bound(alpha, beta, mu, sigma2, gamma, phi_sum, stats, fstats, plogp, data,
-                         smoothing=smoothing, feature_smoothing=feature_smoothing)
+                         smoothing=smoothing, feature_smoothing=feature_smoothing, terms=terms)
         bounds.append(lb)
         degenerate = float(alpha.sum()) > alpha_cap
         converged = (not degenerate and len(bounds) > 1
