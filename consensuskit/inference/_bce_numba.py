@@ -170,15 +170,12 @@ def _make_kernel(K):
         for b in range(b_lo, b_hi):
             lo = b * block
             hi = min(N, lo + block)
-            G = np.empty(TK)  # gamma of the tile's rows, row-major (TILE, K)
+            G = np.empty(TK + TILE)  # gamma of the tile's rows (TILE, K), then row sums
             A = np.empty(TK)  # phisum
             E = np.empty(TK)  # psi(gamma) (last pass)
             W = np.empty(TK, betaT.dtype)  # exp(psi(gamma))
-            P = np.empty(TK)  # final-gamma psi / lnGamma
-            LG = np.empty(TK)
-            SG = np.empty(TILE)
-            PS = np.empty(TILE)
-            LS = np.empty(TILE)
+            P = np.empty(TK + TILE)  # psi / lnGamma of G
+            LG = np.empty(TK + TILE)
             acc = np.empty(K)
             p = np.empty((M, K), betaT.dtype)
             r = np.empty(M, betaT.dtype)
@@ -257,23 +254,22 @@ def _make_kernel(K):
                         gamma_out[h, t0 + u] = G[u * K + h]
                         phisum[h, t0 + u] = A[u * K + h]
                 if collect:
-                    # row terms of the bound and alpha's statistic at the final gamma
-                    for e in range(n):
-                        P[e], LG[e] = _psi_lgamma(G[e])
+                    # row terms of the bound and alpha's statistic at the final gamma: psi
+                    # and lnGamma of the tile's gamma and of its row sums, in one loop
                     for u in range(nt):
                         sg = 0.0
                         for h in range(K):
                             sg += G[u * K + h]
-                        SG[u] = sg
-                    for u in range(nt):
-                        PS[u], LS[u] = _psi_lgamma(SG[u])
+                        G[n + u] = sg
+                    for e in range(n + nt):
+                        P[e], LG[e] = _psi_lgamma(G[e])
                     q = 0.0
                     lgs = 0.0
                     for u in range(nt):
-                        lgs -= LS[u]
+                        lgs -= LG[n + u]
                         for h in range(K):
                             e = u * K + h
-                            ev = P[e] - PS[u]
+                            ev = P[e] - P[n + u]
                             tm[h] += ev
                             q += (A[e] - G[e]) * ev
                             lgs += LG[e]
