@@ -194,10 +194,14 @@ def _make_kernel(K):
                     last = collect and t == n_iter - 1
                     # w = exp(psi(gamma)) for the whole tile (vectorised); psi(sum gamma)
                     # cancels in phi's normalisation
-                    for e in range(n):
-                        wv, c, xs = _exp_psi(G[e])
-                        W[e] = wv
-                        E[e] = _log(xs) + c
+                    if last:
+                        for e in range(n):
+                            wv, c, xs = _exp_psi(G[e])
+                            W[e] = wv
+                            E[e] = _log(xs) + c
+                    else:
+                        for e in range(n):
+                            W[e] = _exp_psi(G[e])[0]
                     for u in range(nt):
                         i = t0 + u
                         o = u * K
