@@ -33,6 +33,7 @@ for the entropy term of the bound are accumulated.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,7 +55,10 @@ __all__ = [
     "update_alpha",
     "alpha_objective",
     "lower_bound",
+    "RowTerms",
+    "row_terms",
     "phi_log_phi",
+    "bound_at",
     "initial_gamma",
     "e_step",
     "fold_in",
@@ -202,7 +206,9 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
     is ``diag(l) + z 11^T`` with ``l_h = -N psi'(a_h)``, ``z = N psi'(sum_h a_h)``, so the
     Newton step is ``delta = (g - c) / l`` with ``c = sum_h(g_h/l_h) / (1/z + sum_h 1/l_h)``.
     The step ``a - eta * delta`` is halved (``eta = 1, 1/2, ...``) until every entry is
-    positive (and, with ``ensure_ascent``, until ``f`` does not decrease).  Iterates
+    positive (and, with ``ensure_ascent``, until ``f`` does not decrease).  If no length
+    is acceptable alpha stays put; that is reported as ``stalled`` unless the step's
+    predicted gain was below the float resolution of ``f`` (converged).  Iterates
     while ``sum|a_new - a_old| / sum a_old > tol`` and at most ``max_iter`` steps.
 
     Parameters
@@ -219,13 +225,15 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
     Returns
     -------
     alpha : Tensor, shape (K,), float64 internally then cast back
-    info : dict with ``n_iter`` and ``n_halvings``
+    info : dict with ``n_iter``, ``n_halvings`` and ``stalled`` (True when a Newton
+        step found no acceptable length and alpha was left where it was)
     """
     out_dtype = alpha.dtype
     a = alpha.detach().to(torch.float64).clone()
     S = suff.detach().to(torch.float64)
     N = float(n_rows)
     n_iter = n_halve = 0
+    stalled = False
     f_old = alpha_objective(a, S, N) if ensure_ascent else None
     while n_iter < max_iter:
         g = S + N * (torch.special.digamma(a.sum()) - torch.special.digamma(a))
@@ -233,6 +241,10 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
         z = N * torch.special.polygamma(1, a.sum())
         c = (g / lh).sum() / (1.0 / z + (1.0 / lh).sum())
         delta = (g - c) / lh
+        # predicted increase of f along the Newton step; below float resolution of f the
+        # solve has converged, and a rejected step is round-off, not a failure
+        converged = ensure_ascent and float((g * delta).abs().sum()) <= 1e-12 * max(1.0,
+                                                                                   abs(f_old))
         eta = 1.0
         while True:
             a_new = a - eta * delta
@@ -244,8 +256,9 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
                 break
             eta *= 0.5
             n_halve += 1
-            if eta < 1e-30:  # no acceptable step: stay put
+            if eta < 1e-30:  # no acceptable step: stay put (reported as "stalled")
                 a_new = a
+                stalled = not converged
                 break
         if ensure_ascent:
             f_old = alpha_objective(a_new, S, N)
@@ -254,14 +267,47 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
         a = a_new
         if rel <= tol or float(a.sum()) > alpha_cap:
             break
-    return a.to(out_dtype), {"n_iter": n_iter, "n_halvings": n_halve}
+    return a.to(out_dtype), {"n_iter": n_iter, "n_halvings": n_halve, "stalled": stalled}
 
 
 def _sum64(x) -> float:
     return float(x.sum(dtype=torch.float64))
 
 
-def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: float = 0.0):
+@dataclass
+class RowTerms:
+    """Per-row pieces of the bound, summed over rows, at the E-step's final ``gamma``.
+
+    With ``E_ih = psi(gamma_ih) - psi(sum_h gamma_ih)``:
+
+    Attributes
+    ----------
+    suff : Tensor (K,)
+        ``S_h = sum_i E_ih``, alpha's sufficient statistic (eq. 8).
+    cross : float
+        ``sum_ih (phi_sum_ih - gamma_ih) E_ih``.
+    lgamma : float
+        ``sum_i [sum_h lnG(gamma_ih) - lnG(sum_h gamma_ih)]``.
+    n_rows : int
+    """
+
+    suff: torch.Tensor
+    cross: float
+    lgamma: float
+    n_rows: int
+
+
+def row_terms(gamma, phi_sum) -> RowTerms:
+    """:class:`RowTerms` of ``gamma`` (K, N) and ``phi_sum`` (K, N) by torch (any device)."""
+    E = elog_dirichlet(gamma)
+    suff = E.sum(1, dtype=torch.float64)
+    cross = _sum64((phi_sum - gamma) * E)
+    lg = _sum64(torch.lgamma(gamma)) - _sum64(torch.lgamma(gamma.sum(0)))
+    return RowTerms(suff=suff, cross=cross, lgamma=lg, n_rows=int(gamma.shape[1]))
+
+
+def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: float = 0.0,
+                terms: RowTerms | None = None):
     """The variational lower bound ``L(alpha, beta; phi, gamma)`` (natural log), summed over rows.
 
     For each row ``i`` (``E_h = psi(gamma_ih) - psi(sum_h gamma_ih)``, observed ``j`` only)::
@@ -271,7 +317,10 @@ def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: f
         - lnG(sum gamma_i) + sum_h lnG(gamma_ih) - sum_h (gamma_ih - 1) E_h
         - sum_j sum_h phi_ijh ln phi_ijh
 
-    computed from sufficient statistics, so phi need not be stored.
+    computed from sufficient statistics, so phi need not be stored: with the
+    :class:`RowTerms` ``S``, ``cross`` and ``lgamma`` of ``(gamma, phi_sum)`` the row sums
+    are ``a . S + cross + lgamma`` (since ``(a_h - 1) E_h + phi_sum E_h - (gamma - 1) E_h
+    = a_h E_h + (phi_sum - gamma) E_h``).
 
     Parameters
     ----------
@@ -286,20 +335,32 @@ def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: f
         If > 0, adds ``smoothing * sum ln beta`` -- the log of the ``Dirichlet(1 + s)``
         prior on each beta row (up to a constant) that :func:`update_beta` maximises
         jointly with the bound; with it the EM objective is exactly non-decreasing.
+    terms : RowTerms, optional
+        The row terms of ``(gamma, phi_sum)`` when already computed (the CPU E-step
+        forms them in its last pass); else they are computed here (:func:`row_terms`).
     """
-    N = gamma.shape[1]
-    E = elog_dirichlet(gamma)
-    a = alpha.to(gamma.dtype)
-    const = N * (float(torch.lgamma(a.sum().double())) - _sum64(torch.lgamma(a.double())))
-    t = ((a[:, None] - gamma + phi_sum) * E).sum(dtype=torch.float64)
-    t += _sum64(torch.lgamma(gamma)) - _sum64(torch.lgamma(gamma.sum(0)))
+    if terms is None:
+        terms = row_terms(gamma, phi_sum)
+    N = terms.n_rows
+    a = alpha.detach().to(torch.float64).cpu()
+    const = N * (float(torch.lgamma(a.sum())) - float(torch.lgamma(a).sum()))
+    t = float((a * terms.suff.to(a)).sum()) + terms.cross + terms.lgamma
     logb = torch.log(beta)
-    t += (stats * logb).sum(dtype=torch.float64)
-    # (a_h - 1) E_h + phi_sum E_h - (gamma - 1) E_h == (a - gamma + phi_sum) E_h
-    val = const + float(t) - float(phi_log_phi)
+    t += _sum64(stats * logb)
+    val = const + t - float(phi_log_phi)
     if smoothing:
         val += smoothing * _sum64(logb)
     return val
+
+
+def bound_at(alpha, beta, gamma, data, *, smoothing: float = 0.0) -> float:
+    """:func:`lower_bound` at ``gamma`` (K, N) with ``phi`` from eq. 5 at that ``gamma``.
+
+    The state a fitted estimator reports: anyone holding ``alpha``, ``beta`` and
+    ``gamma`` can rebuild ``phi`` and recompute the bound independently.
+    """
+    _, phi_sum, stats, plogp, _ = e_step(alpha, beta, data, gamma, 1)
+    return lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=smoothing)
 
 
 def phi_log_phi(phi) -> float:
@@ -309,7 +370,7 @@ def phi_log_phi(phi) -> float:
 
 def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = True,
            tol: float = 0.0, chunk_size: int = 8192, backend: str = "auto", weights=None,
-           extra=None):
+           extra=None, n_jobs: int | None = None, with_terms: bool = False):
     """The estimator's E-step: ``n_iter`` passes of (phi, gamma) updates, warm-started.
 
     Rows are processed in chunks of ``chunk_size`` (the updates are independent
@@ -352,12 +413,20 @@ def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = 
     phi_log_phi : float or None
     n_passes : int
         Largest number of passes used by a chunk.
+    terms : RowTerms
+        Only with ``with_terms=True`` (and ``collect``): the bound's row terms and
+        alpha's statistic at the returned gamma (:class:`RowTerms`), formed by the CPU
+        kernel in its last pass, by :func:`row_terms` on the torch backend.
 
     ``backend``: ``"torch"`` (any device; the reference), ``"numba"`` (CPU only, a fused
     per-row kernel computing the same quantities, see
     :mod:`consensuskit.inference._bce_numba`; plain BCE only), or ``"auto"`` (numba on
-    CPU for plain BCE when ``tol == 0``, else torch).
+    CPU for plain BCE when ``tol == 0``, else torch).  ``n_jobs``: threads for the numba
+    kernel's row blocks (None: torch's setting, ``torch.get_num_threads()``; -1: one per
+    CPU); the result does not depend on it.
     """
+    if with_terms and not collect:
+        raise ValueError("e_step: with_terms needs collect=True")
     if backend not in ("auto", "torch", "numba"):
         raise ValueError(f"backend must be 'auto', 'torch' or 'numba'; got {backend!r}")
     unit = weights is None or bool((weights == 1).all())
@@ -368,7 +437,8 @@ def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = 
     if backend == "numba":
         if not plain:
             raise ValueError("backend='numba' runs plain BCE only (no weights, no extra terms)")
-        return _e_step_numba(alpha, beta, data, gamma, n_iter, collect)
+        out = _e_step_numba(alpha, beta, data, gamma, n_iter, collect, n_jobs)
+        return out if with_terms else out[:5]
     if collect and tol > 0:
         raise ValueError("e_step: tol > 0 (early stopping) is only for collect=False")
     K, N = gamma.shape
@@ -432,6 +502,9 @@ def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = 
         plogp += _sum64(stats_L * logb_ext[:, :L])
         if extra is not None:
             plogp += extra.phi_log_phi
+        if with_terms:
+            return (gamma_out, phi_sum, stats_L, plogp, max_passes,
+                    row_terms(gamma_out, phi_sum))
         return gamma_out, phi_sum, stats_L, plogp, max_passes
     return gamma_out, phi_sum, None, None, max_passes
 
@@ -444,29 +517,34 @@ def _have_numba() -> bool:
     return True
 
 
-def _e_step_numba(alpha, beta, data, gamma, n_iter, collect):
-    from ._bce_numba import estep_rows
+def _e_step_numba(alpha, beta, data, gamma, n_iter, collect, n_jobs=None):
+    """:func:`e_step` by the fused kernel; returns its 5 outputs and the :class:`RowTerms`."""
+    from ._bce_numba import run_estep
 
     if gamma.device.type != "cpu":
         raise ValueError("backend='numba' needs CPU tensors")
     K, N = gamma.shape
     L = data.n_total_labels
     idx, mask = data.row_layout()
-    a = alpha.detach().to(gamma.dtype).numpy()
-    betaT = np.ascontiguousarray(_extend(beta).T.numpy())
-    g = np.ascontiguousarray(gamma.T.numpy())  # (N, K) copy
-    phisum = np.empty_like(g)
-    stats = np.zeros((L + 1, K))
-    has_mask = mask is not None
-    m = mask if has_mask else np.zeros((1, 1), dtype=g.dtype)
-    part = estep_rows(a, betaT, idx, m, has_mask, g, int(n_iter), bool(collect), stats, phisum)
-    gamma_out = torch.from_numpy(g).T.contiguous()
-    phi_sum = torch.from_numpy(phisum).T.contiguous()
+    dt = gamma.dtype
+    betaT = np.ascontiguousarray(_extend(beta.detach().to(dt)).T.numpy())
+    if mask is not None and mask.dtype != betaT.dtype:
+        mask = mask.astype(betaT.dtype)
+    if n_jobs is None:
+        n_jobs = torch.get_num_threads()
+    elif n_jobs < 0:
+        n_jobs = os.cpu_count() or 1
+    g_out, ps, stats, terms = run_estep(
+        alpha.detach().to(torch.float64).numpy(), betaT, idx, mask,
+        gamma.detach().contiguous().numpy(), int(n_iter), bool(collect), n_threads=n_jobs)
+    gamma_out, phi_sum = torch.from_numpy(g_out), torch.from_numpy(ps)
     if not collect:
-        return gamma_out, phi_sum, None, None, n_iter
+        return gamma_out, phi_sum, None, None, n_iter, None
     st = torch.from_numpy(stats[:L].T.copy())
-    plogp = part + float((st * torch.log(beta.double())).sum())
-    return gamma_out, phi_sum, st.to(beta.dtype), plogp, n_iter
+    plogp = float(terms[K]) + float((st * torch.log(beta.detach().double())).sum())
+    rt = RowTerms(suff=torch.from_numpy(terms[:K].copy()), cross=float(terms[K + 1]),
+                  lgamma=float(terms[K + 2]), n_rows=N)
+    return gamma_out, phi_sum, st.to(beta.dtype), plogp, n_iter, rt
 
 
 def initial_gamma(alpha, data: LabelData, dtype=None, row_weights=None):
@@ -496,17 +574,21 @@ def fold_in(alpha, beta, data: LabelData, *, max_iter: int = 500, tol: float = 1
 # initialisation and the full variational EM loop
 # ---------------------------------------------------------------------------------------
 def init_beta_kmeans(ensemble, n_clusters: int, random_state, *, smoothing: float = 1e-2,
-                     max_rows: int = 20000):
+                     max_rows: int = 20000, n_jobs: int | None = None):
     """Initial beta from k-means on the one-hot labels, as a ``(K, L)`` float64 array.
 
     k-means (``n_init=1``) runs on at most ``max_rows`` randomly chosen rows of the
     sparse one-hot matrix; each centroid's block of column ``j`` is the fraction
     of the cluster's members carrying each label of ``j``, i.e. a label
     distribution.  ``smoothing`` is added before each block is normalised, so no
-    label starts at probability 0.
+    label starts at probability 0.  k-means runs on ``n_jobs`` OpenMP threads (None:
+    torch's setting, ``torch.get_num_threads()``), so a user who limits torch to one
+    thread is not charged for scikit-learn's thread pool (on a busy machine its
+    spinning threads cost several times the work itself).
     """
     from sklearn.cluster import KMeans
     from sklearn.utils import check_random_state
+    from threadpoolctl import threadpool_limits
 
     rs = check_random_state(random_state)
     N = ensemble.n_samples
@@ -514,7 +596,8 @@ def init_beta_kmeans(ensemble, n_clusters: int, random_state, *, smoothing: floa
     sub = ensemble.subset(rows)
     B = sub.onehot(dtype=np.float64)
     km = KMeans(n_clusters=n_clusters, n_init=1, random_state=rs.randint(2**31 - 1))
-    lab = km.fit_predict(B)
+    with threadpool_limits(limits=n_jobs or torch.get_num_threads(), user_api="openmp"):
+        lab = km.fit_predict(B)
     import scipy.sparse as sp
 
     assign = sp.csr_matrix((np.ones(lab.size), (lab, np.arange(lab.size))),
@@ -544,6 +627,8 @@ class CAVIState:
         The objective after the last iteration (nan at the start).
     mu, sigma2 : Tensor (K, D) or None
         GBCE's feature Gaussians (None for BCE).
+    n_alpha_rejected : int
+        Iterations so far whose Newton solve for alpha stalled (alpha left unchanged).
     """
 
     alpha: torch.Tensor
@@ -552,6 +637,7 @@ class CAVIState:
     bound: float = math.nan
     mu: torch.Tensor | None = None
     sigma2: torch.Tensor | None = None
+    n_alpha_rejected: int = 0
 
 
 def _identity_reduce(x, name):
@@ -586,13 +672,17 @@ class CAVI(Engine):
         an all-reduce); None: this process holds every row.
     n_rows : int or None
         ``N`` over all processes (default: this process's rows).
-    backend : passed to :func:`e_step`.
+    backend, n_jobs : passed to :func:`e_step`.
+
+    alpha's statistic and the bound's row terms come with the E-step
+    (:class:`RowTerms`; on CPU from the kernel's last pass), not from a second pass.
     """
 
     def __init__(self, data: LabelData, n_clusters: int, init_beta, *, alpha0=None,
                  inner_iter: int = 5, smoothing: float = 1e-6, alpha_cap: float | None = None,
                  newton_tol: float = 1e-10, chunk_size: int = 8192, backend: str = "auto",
-                 features=None, reduce=None, n_rows: int | None = None):
+                 features=None, reduce=None, n_rows: int | None = None,
+                 n_jobs: int | None = None):
         self.data = data
         self.K = int(n_clusters)
         self.init_beta = init_beta
@@ -602,6 +692,7 @@ class CAVI(Engine):
         self.newton_tol = newton_tol
         self.chunk_size = chunk_size
         self.backend = backend
+        self.n_jobs = n_jobs
         self.features = features
         self.reduce = reduce
         self.n_rows = data.n_rows if n_rows is None else int(n_rows)
@@ -630,10 +721,11 @@ class CAVI(Engine):
     def step(self, state, rng=None):
         f = self.features
         term = None if f is None else f.e_term(state.mu, state.sigma2)
-        gamma, phi_sum, stats, plogp, _ = e_step(
+        gamma, phi_sum, stats, plogp, _, terms = e_step(
             state.alpha, state.beta, self.data, state.gamma, self.inner_iter,
-            chunk_size=self.chunk_size, backend=self.backend, weights=self.weights, extra=term)
-        suff = elog_dirichlet(gamma).sum(1)
+            chunk_size=self.chunk_size, backend=self.backend, weights=self.weights, extra=term,
+            n_jobs=self.n_jobs, with_terms=True)
+        suff = terms.suff.to(self.dtype)
         local_stats = stats
         if self.reduce is not None:
             K, L = stats.shape
@@ -644,17 +736,20 @@ class CAVI(Engine):
         mu, sigma2 = state.mu, state.sigma2
         if term is not None:
             mu, sigma2 = f.m_step(term, mu, sigma2)
-        alpha, _ = update_alpha(state.alpha, suff, self.n_rows, tol=self.newton_tol,
-                                ensure_ascent=True, alpha_cap=self.alpha_cap)
+        alpha, newton = update_alpha(state.alpha, suff, self.n_rows, tol=self.newton_tol,
+                                     ensure_ascent=True, alpha_cap=self.alpha_cap)
         if self.reduce is None:
-            lb = lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=self.smoothing)
+            lb = lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=self.smoothing,
+                             terms=terms)
         else:
-            part = lower_bound(alpha, beta, gamma, phi_sum, local_stats, plogp, smoothing=0.0)
+            part = lower_bound(alpha, beta, gamma, phi_sum, local_stats, plogp, smoothing=0.0,
+                               terms=terms)
             part = self.reduce(torch.tensor([part], dtype=torch.float64), "row/bound")
             lb = float(part) + self.smoothing * float(torch.log(beta).sum(dtype=torch.float64))
         if term is not None:
             lb += f.bound(term, mu, sigma2)
-        return CAVIState(alpha, beta, gamma, lb, mu, sigma2)
+        return CAVIState(alpha, beta, gamma, lb, mu, sigma2,
+                         state.n_alpha_rejected + int(newton["stalled"]))
 
     def objective(self, state) -> float:
         return state.bound
@@ -669,11 +764,13 @@ class CAVI(Engine):
 def variational_em(data: LabelData, n_clusters: int, beta0, alpha0=None, *, max_iter: int = 100,
                    tol: float = 1e-6, inner_iter: int = 5, smoothing: float = 1e-6,
                    alpha_cap: float | None = None, newton_tol: float = 1e-10,
-                   chunk_size: int = 8192, backend: str = "auto", features=None):
+                   chunk_size: int = 8192, backend: str = "auto", features=None,
+                   n_jobs: int | None = None):
     """One run of variational EM from ``beta0`` (K, L): :class:`CAVI` under the driver.
 
     Stops when the objective's relative change is ``<= tol``, after ``max_iter``
-    iterations, or at the degenerate optimum.  ``features``: GBCE's feature term.
+    iterations, or at the degenerate optimum.  ``features``: GBCE's feature term;
+    ``n_jobs``: threads for the E-step kernel (see :func:`e_step`).
 
     Returns
     -------
@@ -683,5 +780,5 @@ def variational_em(data: LabelData, n_clusters: int, beta0, alpha0=None, *, max_
     """
     engine = CAVI(data, n_clusters, beta0, alpha0=alpha0, inner_iter=inner_iter,
                   smoothing=smoothing, alpha_cap=alpha_cap, newton_tol=newton_tol,
-                  chunk_size=chunk_size, backend=backend, features=features)
+                  chunk_size=chunk_size, backend=backend, features=features, n_jobs=n_jobs)
     return drive(engine, max_iter=max_iter, tol=tol).best
