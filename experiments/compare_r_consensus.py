@@ -45,9 +45,9 @@ def ccp_same_resamples(name):
     }, index=pd.Index(KS, name="K"))
     print(f"\n== {name}: R's 50 resamples (seed 1), statistics by each side")
     print(table.round(6).to_string())
-    print("max |difference|: area %.1e, delta %.1e, PAC %.1e" % (
-        np.abs(r.area - ours.area_).max(), np.abs(r.delta - ours.delta_area_).max(),
-        np.abs(r.pac - ours.pac_).max()))
+    da, dd, dp = (np.abs(r.area - ours.area_).max(), np.abs(r.delta - ours.delta_area_).max(),
+                  np.abs(r.pac - ours.pac_).max())
+    print(f"max |difference|: area {da:.1e}, delta {dd:.1e}, PAC {dp:.1e}")
     for crit in ("pac", "delta_area"):
         print(f"chosen K by {crit}: R {choose_k(KS, pac=r.pac, delta=r.delta, criterion=crit)}"
               f", ours {choose_k(KS, pac=ours.pac_, delta=ours.delta_area_, criterion=crit)}")

@@ -23,6 +23,7 @@ from sklearn.utils import check_random_state
 
 from ..base import ConsensusEstimator, check_n_clusters, check_positive_float, check_positive_int
 from ..ensemble import Ensemble
+from .graph import _relabel
 
 __all__ = [
     "MedoidConsensus",
@@ -154,8 +155,7 @@ class MedoidConsensus(ConsensusEstimator):
                 ok = aligned >= 0
                 votes[np.flatnonzero(ok), aligned[ok]] += 1.0
             lab[missing] = np.argmax(votes[missing], axis=1)
-        _, inv = np.unique(lab, return_inverse=True)
-        self.labels_ = inv.astype(np.int64)
+        self.labels_ = _relabel(lab)
         self.n_clusters_ = int(self.labels_.max() + 1)
         return self
 

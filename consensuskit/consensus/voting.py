@@ -23,7 +23,9 @@ from sklearn.utils import check_random_state
 
 from ..base import ConsensusEstimator, check_positive_int
 from ..ensemble import Ensemble
+from .graph import _relabel
 from .partition import align_labels, partition_dissimilarities
+from .utilities import contingency
 
 __all__ = ["MajorityVote", "IVC", "IPVC"]
 
@@ -32,11 +34,6 @@ def _argmax_random_ties(S: np.ndarray, rs) -> np.ndarray:
     """Row-wise argmax with ties broken uniformly at random."""
     top = S == S.max(axis=1, keepdims=True)
     return np.argmax(top * rs.random_sample(S.shape), axis=1).astype(np.int64)
-
-
-def _relabel(labels: np.ndarray) -> np.ndarray:
-    _, inv = np.unique(labels, return_inverse=True)
-    return inv.astype(np.int64)
 
 
 def _aligned_votes(ensemble: Ensemble, reference: np.ndarray, k_ref: int) -> np.ndarray:
@@ -176,8 +173,7 @@ class IVC(ConsensusEstimator):
 
     def _centres(self, ensemble, idx, obs, T, K, z):
         """(K, T) per-cluster agreement scores of every base-cluster label."""
-        counts = np.zeros((K, T))
-        np.add.at(counts, (np.repeat(z, obs.sum(axis=1)), idx[obs]), 1.0)
+        counts = contingency(ensemble, z, K)
         offs = ensemble.offsets
         out = np.zeros_like(counts)
         for j in range(ensemble.n_partitions):
