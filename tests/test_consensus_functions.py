@@ -256,5 +256,6 @@ def test_bad_inputs():
 def test_lazy_exports():
     import consensuskit
 
-    for name in ["KCC", "CSPA", "HGPA", "MCLA", "HBGF", "EAC", "QMI"]:
+    for name in ["KCC", "CSPA", "HGPA", "MCLA", "HBGF", "EAC", "QMI", "ResamplingConsensus",
+                 "MajorityVote", "IVC", "IPVC", "MedoidConsensus", "LeastSquaresConsensus"]:
         assert getattr(consensuskit, name).__name__ == name

@@ -303,6 +303,13 @@ class ResamplingConsensus(ConsensusEstimator):
     cluster_consensus_ : dict K -> (K,)
     item_consensus_ : dict K -> (n, K)
     n_clusters_ : the chosen (or given) K; ``labels_`` its partition.
+
+    Notes
+    -----
+    Memory: the condensed consensus of every K is kept (n(n-1)/2 floats each,
+    e.g. 7 x 100 MB at n = 5,000), and each subsample builds its own distance
+    matrix; meant for up to a few thousand items (the automatic choice of K
+    for other estimators subsamples 1,000).
     """
 
     def __init__(self, n_clusters=None, *, k_range=(2, 8), n_resamples=100, item_fraction=0.8,
