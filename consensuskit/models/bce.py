@@ -52,8 +52,18 @@ def label_mask(n_labels, device=None) -> torch.Tensor:
     return torch.arange(kmax, device=device)[None, :] < n_labels[:, None]
 
 
-def pad_beta(betas, dtype=torch.float64, device=None) -> torch.Tensor:
-    """List of ``(K, k_j)`` -> padded ``(M, K, k_max)`` with zeros beyond ``k_j``."""
+def pad_beta(betas, dtype=torch.float64, device=None, n_labels=None) -> torch.Tensor:
+    """Label distributions -> padded ``(M, K, k_max)`` with zeros beyond ``k_j`` (differentiable).
+
+    ``betas`` is a list of ``(K, k_j)``, or with ``n_labels`` the engines' concatenated
+    ``(K, sum_j k_j)`` (:func:`consensuskit.inference.bce_cavi.pack_beta`).  ``dtype=None``
+    keeps the input's dtype.  The one padding of beta in the package (GBCE's model too).
+    """
+    if n_labels is not None and isinstance(betas, torch.Tensor) and betas.dim() == 2:
+        off = np.concatenate([[0], np.cumsum(np.asarray(n_labels, dtype=np.int64))])
+        betas = [betas[:, off[j]:off[j + 1]] for j in range(off.size - 1)]
+    if dtype is None:
+        dtype = torch.as_tensor(betas[0]).dtype
     K = betas[0].shape[0]
     kmax = max(b.shape[1] for b in betas)
     out = torch.zeros(len(betas), K, kmax, dtype=dtype, device=device)
