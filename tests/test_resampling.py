@@ -194,6 +194,18 @@ def test_labels_mode_with_estimator_and_column_subsampling(rng):
     np.testing.assert_array_equal(drawn.sum(axis=0), np.full(10, 72))  # 80% of 90
 
 
+def test_estimator_clusterer_with_missing_labels(rng):
+    from consensuskit import KCC
+
+    X, y = _planted_labels(rng, k=3, n_per=20, m=6)
+    X[rng.random(X.shape) < 0.5] = -1
+    X[np.arange(60), rng.integers(0, 6, 60)] = y  # every row keeps a label
+    fit = ResamplingConsensus(k_range=(2, 3), n_resamples=8, feature_fraction=0.5,
+                              clusterer=KCC(n_init=1), random_state=0).fit(X)
+    assert (fit.resamples_[3] == -1).sum() > 0.2 * X.shape[0] * 8  # rows left out, not guessed
+    assert fit.labels_by_k_[3].shape == (60,)
+
+
 def test_given_n_clusters_is_used_and_added(rng):
     X, _ = _planted_labels(rng, k=3, n_per=20, m=8)
     fit = ResamplingConsensus(n_clusters=9, k_range=(2, 3), n_resamples=5,

@@ -468,12 +468,15 @@ class ResamplingConsensus(ConsensusEstimator):
         def draw(rows):
             cols = np.sort(rs.choice(ens.n_partitions, size=n_keep, replace=False))
             sub = ens.codes[np.ix_(rows, cols)]
+            labelled = (sub >= 0).any(axis=1)  # a row no drawn column labels sits out
             out = {}
             for k in ks:
                 est = clone(self.clusterer).set_params(n_clusters=k)
                 if "random_state" in est.get_params():
                     est.set_params(random_state=rs.randint(2**31 - 1))
-                out[k] = np.asarray(est.fit(sub).labels_, dtype=np.int64)
+                lab = np.full(rows.size, -1, dtype=np.int64)
+                lab[labelled] = est.fit(sub[labelled]).labels_
+                out[k] = lab
             return out
 
         return draw
