@@ -5,8 +5,9 @@
 # Usage (from the repository root; Debian: apt-get install r-bioc-consensusclusterplus r-cran-clue):
 #     Rscript experiments/make_r_fixtures.R [OUTDIR]
 # OUTDIR defaults to tests/data; files go to OUTDIR/ccp and OUTDIR/clue.
-# tests/test_resampling_reference.py and tests/test_partition_consensus_reference.py
-# read them; their slow tests rerun this script and compare with the stored copy.
+# tests/test_resampling.py and tests/test_partition_consensus.py
+# read them; tests/test_resampling.py::test_fixtures_regenerate_identically (slow) reruns
+# this script and compares with the stored copy.
 
 suppressPackageStartupMessages({
   library(ConsensusClusterPlus)
