@@ -16,6 +16,7 @@ from ..base import (
     check_n_clusters,
     check_positive_float,
     check_positive_int,
+    degenerate_advice,
     resolve_device,
     resolve_dtype,
     torch_generator,
@@ -23,7 +24,7 @@ from ..base import (
 from ..checkpoint import check_checkpoint_params, checkpoint_writer, read_checkpoint
 from ..ensemble import Ensemble, as_ensemble
 from ..inference import bce_cavi as cavi
-from ..inference.driver import Fit, Run
+from ..inference.driver import Fit
 from ..inference.driver import fit as drive
 
 __all__ = ["BCE"]
@@ -212,8 +213,9 @@ class BCE(GenerativeMixin, ConsensusEstimator):
             warnings.warn(
                 f"every {type(self).__name__} restart ran into the degenerate optimum "
                 "(sum(alpha) grew past 10 times the most (weighted) labels of a row); "
-                "returning the best bound. Try another random_state, more n_init or fewer "
-                "n_clusters.", RuntimeWarning, stacklevel=4)
+                "returning the best bound. "
+                + degenerate_advice(self.init, self.n_init, int(state.alpha.shape[-1])),
+                RuntimeWarning, stacklevel=4)
         self._alpha_t = state.alpha.detach()
         self._beta_t = state.beta.detach()
         if device is not None:
@@ -241,12 +243,10 @@ class BCE(GenerativeMixin, ConsensusEstimator):
             return self
         from ..inference.bce_svi import fit_svi
 
-        res = fit_svi(ensemble, data, K, beta0=self._init_beta(ensemble, K, rs),
+        run = fit_svi(ensemble, data, K, beta0=self._init_beta(ensemble, K, rs),
                       n_epochs=self.max_iter, batch_size=self.batch_size,
                       learning_rate=self.learning_rate, smoothing=self.smoothing,
                       random_state=rs, verbose=self.verbose)
-        run = Run(cavi.CAVIState(res["alpha"], res["beta"], res["gamma"]), res["bounds"],
-                  res["n_iter"])
         self._set_fitted(ensemble, Fit(runs=[run], best=run))
         return self
 

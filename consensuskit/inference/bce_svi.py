@@ -25,6 +25,7 @@ from pyro.optim import Adam
 
 from ..models import bce as bce_model
 from . import bce_cavi as cavi
+from .driver import Run
 
 __all__ = ["fit_svi"]
 
@@ -55,8 +56,11 @@ def fit_svi(ensemble, data, n_clusters, beta0, *, n_epochs=100, batch_size=None,
 
     Returns
     -------
-    dict with ``alpha`` (K,), ``beta`` (K, L), ``gamma`` (K, N), ``bounds`` (mean ELBO per
-    epoch, full-data scale), ``n_iter`` (epochs), ``converged`` (False: fixed budget).
+    Run
+        The fit driver's typed result: ``params`` a :class:`~consensuskit.inference.
+        bce_cavi.CAVIState` (``alpha`` (K,), ``beta`` (K, L), ``gamma`` (K, N)),
+        ``objectives`` (mean ELBO per epoch, full-data scale), ``n_iter`` (epochs),
+        ``converged`` False (a fixed budget).
     """
     from sklearn.utils import check_random_state
 
@@ -107,5 +111,4 @@ def fit_svi(ensemble, data, n_clusters, beta0, *, n_epochs=100, batch_size=None,
         gamma = pyro.param("gamma").detach().T.contiguous()
     beta_p = torch.softmax(logits, -1)
     beta = cavi.pack_beta(bce_model.unpad_beta(beta_p, n_labels), dtype=dtype, device=dev)
-    return {"alpha": alpha, "beta": beta, "gamma": gamma, "bounds": bounds,
-            "n_iter": n_epochs, "converged": False, "degenerate": False}
+    return Run(cavi.CAVIState(alpha, beta, gamma), bounds, n_epochs)
