@@ -26,6 +26,12 @@ _LAZY = {
     "HBGF": "consensuskit.consensus.graph",
     "EAC": "consensuskit.consensus.eac",
     "QMI": "consensuskit.consensus.qmi",
+    "ResamplingConsensus": "consensuskit.consensus.resampling",
+    "MajorityVote": "consensuskit.consensus.voting",
+    "IVC": "consensuskit.consensus.voting",
+    "IPVC": "consensuskit.consensus.voting",
+    "MedoidConsensus": "consensuskit.consensus.partition",
+    "LeastSquaresConsensus": "consensuskit.consensus.partition",
 }
 
 #: Subpackages and modules reachable as attributes (imported on first use).
