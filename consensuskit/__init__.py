@@ -26,6 +26,8 @@ _LAZY = {
     "HBGF": "consensuskit.consensus.graph",
     "EAC": "consensuskit.consensus.eac",
     "QMI": "consensuskit.consensus.qmi",
+    "PyroConsensus": "consensuskit.estimators.pyro",
+    "compare": "consensuskit.compare",
 }
 
 __all__ = ["Ensemble", "as_ensemble", "__version__", *_LAZY]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
@@ -302,7 +301,7 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         return self.predict_proba(X, unknown=unknown).argmax(1)
 
     # ------------------------------------------------------------ likelihood
-    def _log_likelihood(self, ensemble: Ensemble, chunk_size: int = 4096):
+    def _pointwise_log_likelihood(self, ensemble: Ensemble, chunk_size: int = 4096):
         r"""Importance-sampling estimate of ``log p(x)`` and its standard error.
 
         For each row ``i`` the proposal is the folded-in ``q(theta_i) = Dirichlet(gamma_i)``;
@@ -311,18 +310,17 @@ class BCE(GenerativeMixin, ConsensusEstimator):
             log w_is = log Dir(theta_s | alpha) - log Dir(theta_s | gamma_i)
                        + sum_{j observed} log sum_h theta_sh beta_j(h, x_ij)
             log p(x_i) ~= log( (1/S) sum_s w_is )                 (logmeanexp)
-            total = sum_i log p(x_i)
 
         ``(1/S) sum_s w_is`` is unbiased for ``p(x_i)``; its log is biased low
-        (Jensen), so the perplexity is slightly conservative (too high).  Standard
-        error of the total (delta method, rows independent)::
+        (Jensen), so the perplexity is slightly conservative (too high).  Variance of
+        each row's estimate (delta method)::
 
-            se^2 = sum_i Var_s(w_is) / (S * mean_s(w_is)^2)
+            var_i = Var_s(w_is) / (S * mean_s(w_is)^2)
 
         Returns
         -------
-        total : float
-        se : float
+        log_lik : ndarray (n,)
+        var : ndarray (n,)
         """
         gamma, data = self._fold_in(ensemble)
         alpha = self._alpha_t.to(gamma.dtype)
@@ -330,8 +328,7 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         S = self.n_perplexity_samples
         g = torch_generator(self.random_state, device=gamma.device)
         N = gamma.shape[1]
-        total = 0.0
-        var = 0.0
+        rows_ll, rows_var = [], []
         lnB_alpha = torch.lgamma(alpha).sum() - torch.lgamma(alpha.sum())
         tiny = torch.finfo(gamma.dtype).tiny
         for start in range(0, N, chunk_size):
@@ -356,7 +353,7 @@ class BCE(GenerativeMixin, ConsensusEstimator):
             mx = lw.max(0).values
             w = torch.exp(lw - mx)
             mean = w.mean(0)
-            total += float((torch.log(mean) + mx).sum())
-            if S > 1:
-                var += float((w.var(0) / (S * mean**2)).sum())
-        return total, math.sqrt(var)
+            rows_ll.append((torch.log(mean) + mx).cpu().numpy())
+            rows_var.append((w.var(0) / (S * mean**2)).cpu().numpy() if S > 1
+                            else np.zeros(mean.shape[0]))
+        return np.concatenate(rows_ll), np.concatenate(rows_var)

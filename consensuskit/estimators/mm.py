@@ -212,8 +212,12 @@ class MM(GenerativeMixin, ConsensusEstimator):
         """Most probable consensus cluster of each (new) row, shape (n_rows,)."""
         return np.argmax(self.predict_proba(X, unknown=unknown), axis=1).astype(np.int64)
 
-    def _log_likelihood(self, ensemble: Ensemble):
-        """Exact ``sum_i log sum_k pi_k prod_{j observed} theta_jk(x_ij)``; returns (total, 0.0)."""
+    def _pointwise_log_likelihood(self, ensemble: Ensemble):
+        """Exact ``log sum_k pi_k prod_{j observed} theta_jk(x_ij)`` per row; variance 0."""
         check_is_fitted(self, "weights_")
-        _, ll = self._posterior(ensemble)
-        return ll, 0.0
+        layout = mm_em.prepare(
+            ensemble.codes, ensemble.n_labels, device=self._device, dtype=self._dtype
+        )
+        L = mm_em.log_likelihood_matrix(layout, self._log_pi, self._log_theta)  # (K, n)
+        ll = torch.logsumexp(L, dim=0).double().cpu().numpy()
+        return ll, np.zeros_like(ll)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pyro
 import torch
 from pyro.infer import SVI, TraceEnum_ELBO

@@ -159,13 +159,15 @@ def model(labels=None, *, n_labels, n_clusters, n_rows=None, alpha=None, beta=No
     """
     labels, N_data, M, dev = check_labels(labels, n_labels, n_rows)
     K = int(n_clusters)
-    dtype = (alpha.dtype if torch.is_tensor(alpha) else torch.get_default_dtype())
     if alpha is None:
         if alpha_prior is None:
-            one = torch.ones(K, dtype=dtype, device=dev)
+            one = torch.ones(K, dtype=torch.get_default_dtype(), device=dev)
             alpha_prior = dist.Gamma(one, one).to_event(1)
         alpha = pyro.sample("alpha", alpha_prior)
-    alpha = torch.as_tensor(alpha, dtype=dtype, device=dev)
+    alpha = torch.as_tensor(alpha, device=dev)
+    if not alpha.is_floating_point():
+        alpha = alpha.to(torch.get_default_dtype())
+    dtype = alpha.dtype  # a conditioned or given alpha sets the precision of the program
     if beta is None:
         conc = torch.as_tensor(label_prior, dtype=dtype, device=dev)
         blocks = []
