@@ -22,11 +22,12 @@ from ..base import (
 from ..checkpoint import RunMonitor, check_checkpoint_params, read_checkpoint
 from ..ensemble import Ensemble, as_ensemble
 from ..inference import bce_cavi as cavi
+from .pyro import HubBackedMixin
 
 __all__ = ["BCE"]
 
 
-class BCE(GenerativeMixin, ConsensusEstimator):
+class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
     """Bayesian cluster ensemble: a mixed-membership model of base-clustering labels.
 
     Generative process (paper symbols; ``k_j`` labels in base clustering ``j``)::
@@ -43,9 +44,14 @@ class BCE(GenerativeMixin, ConsensusEstimator):
     ----------
     n_clusters : int, default 2
         ``K``, the number of consensus clusters.
-    inference : {"cavi", "svi"}
-        Variational EM with closed-form updates, or stochastic VI (Pyro) with the
-        z-enumerated guide (:func:`consensuskit.models.bce.guide_enumerated`).
+    inference : {"cavi", "svi", "nuts"}
+        Variational EM with closed-form updates, stochastic VI (Pyro) with the
+        z-enumerated guide (:func:`consensuskit.models.bce.guide_enumerated`), or NUTS on
+        the full Bayesian spec :func:`consensuskit.models.bce.model` (alpha ~ Gamma(1, 1),
+        beta_jh ~ Dirichlet(1), z enumerated) through :class:`~consensuskit.PyroConsensus`
+        (then ``max_iter`` is the number of draws and of warm-up steps per chain and
+        ``n_init`` the number of chains; ``alpha_``/``beta_`` are posterior means after
+        relabelling, the fitted hub is ``hub_``).
     max_iter : int, default 100
         EM iterations per restart (cavi) or epochs over the rows (svi).
     tol : float, default 1e-6
@@ -137,8 +143,9 @@ class BCE(GenerativeMixin, ConsensusEstimator):
     # ------------------------------------------------------------------ fitting
     def _validate(self, ensemble):
         K = check_n_clusters(self.n_clusters, ensemble.n_samples)
-        if self.inference not in ("cavi", "svi"):
-            raise ValueError(f"inference must be 'cavi' or 'svi'; got {self.inference!r}")
+        if self.inference not in ("cavi", "svi", "nuts"):
+            raise ValueError(
+                f"inference must be 'cavi', 'svi' or 'nuts'; got {self.inference!r}")
         if self.init not in ("kmeans", "random"):
             raise ValueError(f"init must be 'kmeans' or 'random'; got {self.init!r}")
         check_positive_int(self.max_iter, "max_iter")
@@ -151,7 +158,7 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         if self.batch_size is not None:
             check_positive_int(self.batch_size, "batch_size")
         check_checkpoint_params(self)
-        if self.inference == "svi" and (
+        if self.inference != "cavi" and (
             self.callback is not None or self.checkpoint_path is not None
         ):
             raise ValueError("callback and checkpoint_path need inference='cavi'")
@@ -229,6 +236,9 @@ class BCE(GenerativeMixin, ConsensusEstimator):
     def _fit(self, ensemble: Ensemble, resume=None):
         K, dev, dtype = self._validate(ensemble)
         self._device, self._dtype = dev, dtype
+        self.hub_ = None
+        if self.inference == "nuts":
+            return self._fit_nuts(ensemble)
         rs = check_random_state(self.random_state)
         data = cavi.prepare_data(ensemble, device=dev, dtype=dtype)
         if self.inference == "svi":
@@ -279,6 +289,25 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         self.degenerate_ = bool(degenerate_all)
         return self
 
+    def _fit_nuts(self, ensemble):
+        from ..models import bce as spec
+
+        hub = self._fit_on_hub(ensemble, spec.model, inference="nuts",
+                               num_samples=self.max_iter, warmup_steps=self.max_iter,
+                               num_chains=self.n_init,
+                               n_perplexity_samples=self.n_perplexity_samples)
+        M = ensemble.n_partitions
+        self.alpha_ = self._aligned_mean("alpha")
+        self.beta_ = [self._aligned_mean(f"beta_{j}") for j in range(M)]
+        self._alpha_t = torch.as_tensor(self.alpha_, dtype=self._dtype, device=self._device)
+        self._beta_t = cavi.pack_beta(self.beta_, dtype=self._dtype, device=self._device)
+        self.gamma_ = None
+        self.lower_bounds_, self.lower_bound_ = [], float("nan")
+        self.n_iter_, self.converged_ = self.max_iter, True
+        self.degenerate_, self.n_degenerate_, self.stopped_ = False, 0, False
+        self.mcmc_info_ = hub.mcmc_info_
+        return self
+
     # ------------------------------------------------------------------ fold-in
     def _fold_in(self, ensemble: Ensemble):
         check_is_fitted(self, "alpha_")
@@ -292,6 +321,8 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         fitted alpha and beta held fixed.  ``unknown``: what to do with a label a
         column never showed in ``fit`` ("error" or "missing").
         """
+        if self._hub() is not None:
+            return self.hub_.predict_proba(X, unknown=unknown)
         gamma, _ = self._fold_in(self._encode_new(X, unknown=unknown))
         g = gamma.T.cpu().numpy().astype(np.float64)
         return g / g.sum(1, keepdims=True)
@@ -322,6 +353,8 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         log_lik : ndarray (n,)
         var : ndarray (n,)
         """
+        if self._hub() is not None:
+            return self.hub_._pointwise_log_likelihood(ensemble)
         gamma, data = self._fold_in(ensemble)
         alpha = self._alpha_t.to(gamma.dtype)
         beta_ext = cavi._extend(self._beta_t.to(gamma.dtype))

@@ -32,6 +32,17 @@ def default_guide(model):
     return AutoNormal(poutine.block(model, hide_fn=_hide_enumerated), init_loc_fn=init_to_sample)
 
 
+class _Float64:
+    """Run a block with torch's default dtype float64 (restored afterwards)."""
+
+    def __enter__(self):
+        self._old = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+
+    def __exit__(self, *exc):
+        torch.set_default_dtype(self._old)
+
+
 def _align(reference, m):
     """Permutation of m's K columns that best matches ``reference`` (n, K) (label switching)."""
     cost = -(reference.T @ m)
@@ -80,7 +91,8 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
     ----------
     membership_ : ndarray (N, K)   labels_ : ndarray (N,)
     posterior_samples_ : dict site -> ndarray (chains, draws, ...) of the global sites
-    losses_ : list of float (svi)   fit_seconds_ : float (CPU)
+    losses_ : list of float (svi): the loss before every step, then at the final parameters
+    fit_seconds_ : float (CPU)
     inference_data_ : arviz.InferenceData with ``posterior`` and ``log_likelihood``
     """
 
@@ -115,6 +127,10 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
                     **(self.model_kwargs or {}))
 
     def _fit(self, ens: Ensemble):
+        with _Float64():
+            return self._fit64(ens)
+
+    def _fit64(self, ens: Ensemble):
         if self.inference not in ("svi", "nuts"):
             raise ValueError(f"inference must be 'svi' or 'nuts'; got {self.inference!r}")
         self.n_clusters_ = check_n_clusters(self.n_clusters, ens.n_samples)
@@ -161,7 +177,7 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
             pyro.get_param_store().set_state(res.param_state)
             draws = self._guide_draws(labels, kw)
             state = pyro.get_param_store().get_state()
-        self.losses_ = res.losses
+        self.losses_ = res.losses + [res.extra["final_loss"]]
         self._param_state = state
         return draws
 
@@ -206,12 +222,18 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         return {k: v[:, idx].reshape(-1, *v.shape[2:]) for k, v in self._draws.items()}, C
 
     def _score_draws(self, labels, membership=False):
+        """Per-draw per-row scores; the fitted param store is in scope (models may hold
+        ``pyro.param`` sites, e.g. empirical-Bayes hyper-parameters)."""
+        import pyro
+
         draws, _ = self._thinned()
         rs = check_random_state(self.random_state)
-        return pointwise.score_rows_draws(
-            self.model, labels, draws, model_kwargs=self._kwargs(self.ensemble_),
-            roles=self.roles_, num_particles=self.n_perplexity_samples, membership=membership,
-            seed=int(rs.randint(2**31 - 1)), progress=self.verbose)
+        state = getattr(self, "_param_state", None)
+        with _Float64(), pyro.get_param_store().scope(state):
+            return pointwise.score_rows_draws(
+                self.model, labels, draws, model_kwargs=self._kwargs(self.ensemble_),
+                roles=self.roles_, num_particles=self.n_perplexity_samples,
+                membership=membership, seed=int(rs.randint(2**31 - 1)), progress=self.verbose)
 
     def _combine_memberships(self, Mb, L, fit=False):
         """Average per-draw memberships (D, n, K), each aligned to a reference first."""
@@ -256,3 +278,40 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
     def _posterior_for_arviz(self):
         draws, C = self._thinned()
         return {k: v.cpu().numpy().reshape(C, -1, *v.shape[1:]) for k, v in draws.items()}
+
+
+class HubBackedMixin:
+    """For a built-in estimator fitted through :class:`PyroConsensus` (``inference`` "svi"
+    or "nuts" on its spec): the fitted hub estimator is ``hub_`` and scoring,
+    ``predict_proba`` and ``inference_data_`` come from it.  Put before
+    :class:`GenerativeMixin` in the bases."""
+
+    def _hub(self):
+        return getattr(self, "hub_", None)
+
+    def _fit_on_hub(self, ensemble, model, *, inference, guide=None, model_kwargs=None,
+                    **options):
+        hub = PyroConsensus(model, guide, n_clusters=self.n_clusters, inference=inference,
+                            random_state=self.random_state, model_kwargs=model_kwargs,
+                            verbose=bool(getattr(self, "verbose", False)), **options)
+        self.hub_ = hub.fit(ensemble)
+        self.membership_ = hub.membership_
+        self.labels_ = hub.labels_
+        return hub
+
+    def _aligned_mean(self, site):
+        """Posterior mean of a global site whose first axis is the K clusters, with every
+        draw's clusters permuted to the hub's reference (label switching)."""
+        draws, _ = self.hub_._thinned()
+        v = draws[site].detach().cpu().double().numpy()
+        return np.mean([d[perm] for d, perm in zip(v, self.hub_._perms)], axis=0)
+
+    def _log_likelihood_draws(self):
+        if self._hub() is not None:
+            return self.hub_._log_likelihood_draws()
+        return super()._log_likelihood_draws()
+
+    def _posterior_for_arviz(self):
+        if self._hub() is not None:
+            return self.hub_._posterior_for_arviz()
+        return super()._posterior_for_arviz()

@@ -43,10 +43,9 @@ def fit_nuts(model, labels, *, model_kwargs, num_samples=500, warmup_steps=500, 
                     num_chains=1, disable_progbar=not progress)
         mcmc.run(labels, **model_kwargs)
         per_chain.append(mcmc.get_samples())
-        extra = mcmc.get_extra_fields()
-        div.append(int(extra["diverging"].sum()) if "diverging" in extra else -1)
-        acc.append(float(extra["mean_accept_prob"][-1]) if "mean_accept_prob" in extra
-                   else float("nan"))
+        diag = mcmc.diagnostics()
+        div.append(sum(len(v) for v in diag.get("divergences", {}).values()))
+        acc.append(float(np.mean(list(diag.get("acceptance rate", {}).values()) or [np.nan])))
     samples = {k: torch.stack([s[k] for s in per_chain]) for k in per_chain[0]}
     return samples, {"seconds": time.process_time() - t0, "divergences": div,
                      "accept_prob": acc}

@@ -21,6 +21,7 @@ fit driver can run it.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,32 +71,31 @@ class SVIEngine:
 
     ``step(*args, **kwargs)`` takes one gradient step and returns the loss; ``objective``
     is the last ELBO estimate (``-loss``); ``state()`` the param-store state.  The
-    engine works in its own param-store scope, so the user's global store is untouched.
+    parameters live in the current param store: run the engine inside
+    ``pyro.get_param_store().scope()`` to keep the user's store untouched (as
+    :func:`fit_svi` and :func:`stream_svi` do).
     """
 
-    def __init__(self, model, guide, elbo, *, learning_rate=0.05, clip_norm=None,
-                 param_state=None):
+    def __init__(self, model, guide, elbo, *, learning_rate=0.05, clip_norm=None):
         self.model, self.guide, self.elbo = model, guide, elbo
         optim = (Adam({"lr": learning_rate}) if clip_norm is None
                  else ClippedAdam({"lr": learning_rate, "clip_norm": clip_norm}))
-        self._scope_state = param_state or {"params": {}, "constraints": {}}
         self.svi = SVI(model, guide, optim, loss=elbo)
         self.objective = -math.inf
 
     def step(self, *args, **kwargs) -> float:
-        with pyro.get_param_store().scope(self._scope_state) as st:
-            loss = float(self.svi.step(*args, **kwargs))
-        self._scope_state = st
+        loss = float(self.svi.step(*args, **kwargs))
         self.objective = -loss
         return loss
 
-    def state(self) -> dict:
-        return self._scope_state
+    @staticmethod
+    def state() -> dict:
+        return pyro.get_param_store().get_state()
 
 
 def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate=0.05,
             batch_size=None, max_plate_nesting=2, jit=False, num_particles=1, seed=None,
-            progress=False, desc="SVI") -> SVIFit:
+            progress=False, desc="SVI", param_state=None) -> SVIFit:
     """Fit ``model``/``guide`` on ``labels`` (N, M) by SVI, full batch or on minibatches.
 
     Parameters
@@ -111,13 +111,15 @@ def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate
     jit, num_particles : see :func:`make_elbo`.
     seed : int, optional
         Seeds Pyro (parameters' random inits, minibatches, particles).
+    param_state : dict, optional
+        Param-store state to start from (e.g. initial values); the run happens in its
+        own scope either way, so the global param store is untouched.
 
     Returns
     -------
-    SVIFit with the loss of every step and the final param-store state.
+    SVIFit with the loss of every step (each evaluated before its update), the final
+    param-store state and ``extra["final_loss"]``, the loss at the final parameters.
     """
-    import time
-
     if seed is not None:
         pyro.set_rng_seed(int(seed))
     kw = dict(model_kwargs)
@@ -132,8 +134,11 @@ def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate
 
         it = tqdm(it, desc=desc)
     t0 = time.process_time()
-    losses = [engine.step(labels, **kw) for _ in it]
-    return SVIFit(losses, engine.state(), num_steps, time.process_time() - t0)
+    with pyro.get_param_store().scope(param_state) as state:
+        losses = [engine.step(labels, **kw) for _ in it]
+        final = float(engine.svi.evaluate_loss(labels, **kw))  # at the final parameters
+    return SVIFit(losses, state, num_steps, time.process_time() - t0,
+                  extra={"final_loss": final})
 
 
 def iter_row_chunks(source, chunk_size, *, shuffle=False, random_state=None):
@@ -153,7 +158,7 @@ def iter_row_chunks(source, chunk_size, *, shuffle=False, random_state=None):
 
 def stream_svi(model, guide, chunks, *, n_rows, model_kwargs, n_epochs=1, learning_rate=0.05,
                max_plate_nesting=2, jit=False, num_particles=1, seed=None, progress=False,
-               engine=None) -> SVIFit:
+               engine=None, param_state=None) -> SVIFit:
     """SVI over a stream of row chunks: one step per chunk, ``n_epochs`` passes.
 
     Parameters
@@ -165,15 +170,15 @@ def stream_svi(model, guide, chunks, *, n_rows, model_kwargs, n_epochs=1, learni
         ``N``, the total number of rows (the plate size: each chunk's ELBO is scaled by
         N / B).
     engine : SVIEngine, optional
-        Continue a previous run.
+        Continue a previous run (with its ``param_state``).
+    param_state : dict, optional
+        Param-store state to start from.
 
     Returns
     -------
-    SVIFit with the mean loss per epoch (per row-chunk step) and the param-store state;
-    ``extra["epoch_seconds"]`` holds the CPU seconds of every epoch.
+    SVIFit with the mean loss per epoch (per row-chunk step), the param-store state, the
+    number of epochs; ``extra["epoch_seconds"]`` holds the CPU seconds of every epoch.
     """
-    import time
-
     if not callable(chunks):
         source = chunks
 
@@ -181,25 +186,25 @@ def stream_svi(model, guide, chunks, *, n_rows, model_kwargs, n_epochs=1, learni
             return iter_row_chunks(source, 65536)
     if seed is not None:
         pyro.set_rng_seed(int(seed))
-    losses, secs, steps = [], [], 0
-    for epoch in range(n_epochs):
-        t0 = time.process_time()
-        tot, k = 0.0, 0
-        it = chunks()
-        if progress:
-            from tqdm.auto import tqdm
+    losses, secs = [], []
+    with pyro.get_param_store().scope(param_state) as state:
+        for epoch in range(n_epochs):
+            t0 = time.process_time()
+            tot, k = 0.0, 0
+            it = chunks()
+            if progress:
+                from tqdm.auto import tqdm
 
-            it = tqdm(it, desc=f"streaming SVI epoch {epoch + 1}/{n_epochs}")
-        for ind, lab in it:
-            kw = dict(model_kwargs, n_rows=int(n_rows), subsample=ind)
-            if engine is None:
-                elbo = make_elbo(model, (lab,), kw, max_plate_nesting=max_plate_nesting,
-                                 jit=jit, num_particles=num_particles)
-                engine = SVIEngine(model, guide, elbo, learning_rate=learning_rate)
-            tot += engine.step(lab, **kw)
-            k += 1
-        steps += k
-        losses.append(tot / max(k, 1))
-        secs.append(time.process_time() - t0)
-    return SVIFit(losses, engine.state(), steps, float(sum(secs)),
+                it = tqdm(it, desc=f"streaming SVI epoch {epoch + 1}/{n_epochs}")
+            for ind, lab in it:
+                kw = dict(model_kwargs, n_rows=int(n_rows), subsample=ind)
+                if engine is None:
+                    elbo = make_elbo(model, (lab,), kw, max_plate_nesting=max_plate_nesting,
+                                     jit=jit, num_particles=num_particles)
+                    engine = SVIEngine(model, guide, elbo, learning_rate=learning_rate)
+                tot += engine.step(lab, **kw)
+                k += 1
+            losses.append(tot / max(k, 1))
+            secs.append(time.process_time() - t0)
+    return SVIFit(losses, state, len(losses), float(sum(secs)),
                   extra={"epoch_seconds": secs, "engine": engine})
