@@ -27,7 +27,8 @@ _LAZY = {
     "EAC": "consensuskit.consensus.eac",
     "QMI": "consensuskit.consensus.qmi",
     "PyroConsensus": "consensuskit.estimators.pyro",
-    "compare": "consensuskit.compare",
+    "compare": "consensuskit.comparison",
+    "plot_comparison": "consensuskit.comparison",
 }
 
 __all__ = ["Ensemble", "as_ensemble", "__version__", *_LAZY]

@@ -72,8 +72,9 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
     random_state : int, RandomState or None
     model_kwargs : dict, optional
         Extra keyword arguments for model and guide (hyper-parameters).
-    num_steps, learning_rate, batch_size, jit, num_particles
-        SVI settings (``batch_size``: rows per step through the rows plate).
+    num_steps, learning_rate, clip_norm, batch_size, jit, num_particles
+        SVI settings (``ClippedAdam``; ``batch_size``: rows per step through the rows
+        plate).  A non-finite loss stops the fit with a FloatingPointError.
     num_samples, warmup_steps, num_chains, max_tree_depth
         NUTS settings.
     n_posterior_draws : int
@@ -97,7 +98,8 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
     """
 
     def __init__(self, model, guide=None, *, n_clusters, inference="svi", random_state=None,
-                 model_kwargs=None, num_steps=1000, learning_rate=0.05, batch_size=None,
+                 model_kwargs=None, num_steps=1000, learning_rate=0.02, clip_norm=10.0,
+                 batch_size=None,
                  jit=False, num_particles=1, num_samples=300, warmup_steps=300, num_chains=2,
                  max_tree_depth=8, n_posterior_draws=50, n_perplexity_samples=1000,
                  max_plate_nesting=None, verbose=False):
@@ -109,6 +111,7 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         self.model_kwargs = model_kwargs
         self.num_steps = num_steps
         self.learning_rate = learning_rate
+        self.clip_norm = clip_norm
         self.batch_size = batch_size
         self.jit = jit
         self.num_particles = num_particles
@@ -171,7 +174,8 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         self.guide_ = guide
         with torch.random.fork_rng(), pyro.get_param_store().scope() as state:
             res = fit_svi(self.model, guide, labels, model_kwargs=kw, num_steps=self.num_steps,
-                          learning_rate=self.learning_rate, batch_size=self.batch_size,
+                          learning_rate=self.learning_rate, clip_norm=self.clip_norm,
+                          batch_size=self.batch_size,
                           max_plate_nesting=P, jit=self.jit, num_particles=self.num_particles,
                           seed=seed, progress=self.verbose, desc="PyroConsensus SVI")
             pyro.get_param_store().set_state(res.param_state)

@@ -95,7 +95,7 @@ class SVIEngine:
 
 def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate=0.05,
             batch_size=None, max_plate_nesting=2, jit=False, num_particles=1, seed=None,
-            progress=False, desc="SVI", param_state=None) -> SVIFit:
+            progress=False, desc="SVI", param_state=None, clip_norm=None) -> SVIFit:
     """Fit ``model``/``guide`` on ``labels`` (N, M) by SVI, full batch or on minibatches.
 
     Parameters
@@ -114,6 +114,8 @@ def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate
     param_state : dict, optional
         Param-store state to start from (e.g. initial values); the run happens in its
         own scope either way, so the global param store is untouched.
+    clip_norm : float, optional
+        Clip gradient norms (``ClippedAdam``).
 
     Returns
     -------
@@ -127,7 +129,7 @@ def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate
         kw["subsample_size"] = int(batch_size)
     elbo = make_elbo(model, (labels,), kw, max_plate_nesting=max_plate_nesting, jit=jit,
                      num_particles=num_particles)
-    engine = SVIEngine(model, guide, elbo, learning_rate=learning_rate)
+    engine = SVIEngine(model, guide, elbo, learning_rate=learning_rate, clip_norm=clip_norm)
     it = range(num_steps)
     if progress:
         from tqdm.auto import tqdm
@@ -135,7 +137,14 @@ def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate
         it = tqdm(it, desc=desc)
     t0 = time.process_time()
     with pyro.get_param_store().scope(param_state) as state:
-        losses = [engine.step(labels, **kw) for _ in it]
+        losses = []
+        for step in it:
+            losses.append(engine.step(labels, **kw))
+            if not math.isfinite(losses[-1]):
+                raise FloatingPointError(
+                    f"SVI loss is {losses[-1]} at step {step}: lower learning_rate, set "
+                    "clip_norm, or give the latent sites priors that keep them inside "
+                    "their support")
         final = float(engine.svi.evaluate_loss(labels, **kw))  # at the final parameters
     return SVIFit(losses, state, num_steps, time.process_time() - t0,
                   extra={"final_loss": final})

@@ -70,14 +70,14 @@ def compare(estimators, X_train, X_test, *, unknown="error", refit=True):
     log-likelihoods), ``elpd_diff`` and ``elpd_diff_se`` (paired difference of held-out
     log-likelihood to the best model: ``sum_i d_i`` and ``sqrt(n var(d) + MC var)``),
     ``n_clusters`` (distinct consensus labels found), ``fit_seconds`` (CPU) and
-    ``fit_wall_seconds``.
+    ``fit_wall_seconds``.  ``table.attrs["estimators"]`` holds the fitted estimators.
     """
     import pandas as pd
 
     from .ensemble import as_ensemble
 
     ens_train = as_ensemble(X_train)
-    rows, per_row = {}, {}
+    rows, per_row, fitted_estimators = {}, {}, {}
     for name, est in _named(estimators).items():
         if not hasattr(est, "score_samples"):
             raise TypeError(f"{name}: {type(est).__name__} has no likelihood (score_samples)")
@@ -96,6 +96,7 @@ def compare(estimators, X_train, X_test, *, unknown="error", refit=True):
         train_ll = est.score_samples(est.ensemble_)
         loo, loo_se = _elpd_loo(est)
         per_row[name] = (ll, se_rows**2)
+        fitted_estimators[name] = est
         rows[name] = {
             "heldout_perplexity": ppl,
             "heldout_se": ppl * float(np.sqrt(np.sum(se_rows**2))) / n_obs,
@@ -119,7 +120,9 @@ def compare(estimators, X_train, X_test, *, unknown="error", refit=True):
     cols = ["heldout_perplexity", "heldout_se", "train_perplexity", "elpd_diff", "elpd_diff_se",
             "heldout_elpd", "elpd_loo", "elpd_loo_se", "n_clusters", "fit_seconds",
             "fit_wall_seconds"]
-    return table[cols].sort_values("heldout_perplexity")
+    table = table[cols].sort_values("heldout_perplexity")
+    table.attrs["estimators"] = fitted_estimators
+    return table
 
 
 def plot_comparison(table, ax=None):
