@@ -14,7 +14,9 @@ An estimator that supports them takes three hyper-parameters:
     Write a checkpoint every this many iterations / sweeps, and always when the
     callback stops the fit.
 
-and ``fit(X, resume_from=path)`` continues a run from such a file.  Because the
+and ``fit(X, resume_from=path)`` continues a run from such a file.  The loop that
+calls the callback and writes the checkpoints is the fit driver
+(:mod:`consensuskit.inference.driver`); this module holds the file side.  Because the
 state holds the random generator and every quantity the next step reads, the
 resumed fit ends exactly where the uninterrupted one with the same
 ``random_state`` ends.  A checkpoint is refused (ValueError) for another class,
@@ -31,7 +33,7 @@ import numpy as np
 from .base import check_positive_int
 from .persistence import load_checkpoint, save_checkpoint
 
-__all__ = ["RunMonitor", "check_checkpoint_params", "read_checkpoint", "fingerprint"]
+__all__ = ["checkpoint_writer", "check_checkpoint_params", "read_checkpoint", "fingerprint"]
 
 #: hyper-parameters that may differ between a checkpointed run and its resumption
 _FREE = {"callback", "checkpoint_path", "checkpoint_every", "verbose"}
@@ -82,35 +84,20 @@ def read_checkpoint(path, est, ensemble, extra_digest: str = "") -> dict:
     return ck["state"]
 
 
-class RunMonitor:
-    """Engine callback: forwards the state to the user's callback, writes checkpoints.
+def checkpoint_writer(est, ensemble, extra_digest: str = ""):
+    """The driver's ``checkpoint`` hook for ``est``: a function writing a snapshot to
+    ``est.checkpoint_path`` (None when no path is set).
 
-    ``snapshot(engine_state)`` turns the engine's per-iteration state into the
-    resumable estimator state that is written to disk (and given to the user).
+    The file holds the snapshot, the hyper-parameters and a digest of the data, which
+    :func:`read_checkpoint` checks before a resume.
     """
+    check_checkpoint_params(est)
+    if est.checkpoint_path is None:
+        return None
+    digest = fingerprint(ensemble) + extra_digest
 
-    def __init__(self, est, ensemble, snapshot, extra_digest: str = ""):
-        check_checkpoint_params(est)
-        self.est = est
-        self.user = est.callback
-        self.path = est.checkpoint_path
-        self.every = int(est.checkpoint_every)
-        self.snapshot = snapshot
-        self.fingerprint = fingerprint(ensemble) + extra_digest
-        self.calls = 0
-        self.stopped = False
+    def write(snapshot):
+        save_checkpoint(est, {"state": snapshot, "params": _params(est), "fingerprint": digest},
+                        est.checkpoint_path)
 
-    def __call__(self, engine_state) -> bool:
-        self.calls += 1
-        state = self.snapshot(engine_state)
-        keep_going = True
-        if self.user is not None:
-            keep_going = self.user(state) is not False
-        if self.path is not None and (self.calls % self.every == 0 or not keep_going):
-            save_checkpoint(
-                self.est,
-                {"state": state, "params": _params(self.est), "fingerprint": self.fingerprint},
-                self.path,
-            )
-        self.stopped = not keep_going
-        return keep_going
+    return write

@@ -8,6 +8,9 @@ the models need:
 * the *offset index* (the KCC paper's sparse ``binIDX``): label ``r`` of column
   ``j`` becomes the global index ``offsets[j] + r`` into the concatenated
   one-hot vocabulary of size ``sum_j k_j``; memory is O(N*M);
+* :class:`LabelData` (:meth:`Ensemble.label_data`), the offset index laid out once as
+  torch tensors for the engines (BCE, GBCE, distributed BCE), with lazily built copies
+  in the layouts a kernel wants;
 * co-association counts ``c_ij`` (partitions putting i and j together) and
   co-occurrence counts ``N_ij`` (partitions labelling both), either dense for
   small N or for a given set of pairs, never forming an N x N array.
@@ -21,7 +24,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Ensemble", "as_ensemble", "sample_pairs", "MISSING", "DENSE_COASSOCIATION_LIMIT"]
+__all__ = [
+    "Ensemble", "LabelData", "as_ensemble", "sample_pairs", "MISSING", "DENSE_COASSOCIATION_LIMIT",
+]
 
 #: Code of a missing label in :attr:`Ensemble.codes`.
 MISSING = -1
@@ -200,6 +205,9 @@ class Ensemble:
     codes: np.ndarray
     n_labels: np.ndarray
     categories: tuple = field(repr=False)
+
+    def __getstate__(self):  # the engines' cached layouts are not part of the data
+        return {k: v for k, v in self.__dict__.items() if k != "_label_data"}
 
     # -- construction -------------------------------------------------------
     @classmethod
@@ -390,6 +398,20 @@ class Ensemble:
         idx = self.codes + self.offsets[:-1][None, :]
         return np.where(self.codes >= 0, idx, MISSING)
 
+    def label_data(self, device="cpu", dtype=None) -> LabelData:
+        """The labels laid out for the engines (built once per device and dtype, cached).
+
+        ``dtype`` is the floating dtype of the mask and row counts (default float64).
+        """
+        import torch
+
+        dtype = torch.float64 if dtype is None else dtype
+        cache = self.__dict__.setdefault("_label_data", {})
+        key = (str(torch.device(device)), dtype)
+        if key not in cache:
+            cache[key] = LabelData.build(self, device, dtype)
+        return cache[key]
+
     def onehot(self, dtype=np.float64) -> sp.csr_matrix:
         """Sparse ``(n_samples, sum_j k_j)`` one-hot matrix of the observed labels."""
         idx = self.offset_index()
@@ -527,6 +549,90 @@ def sample_pairs(n_samples: int, n_pairs: int, random_state=None) -> np.ndarray:
         under = chosen >= start + (n - 1 - i)
     j = chosen - start + i + 1
     return np.stack([i, j], axis=1)
+
+
+@dataclass(eq=False)
+class LabelData:
+    """The label layout every engine reads, built once from an :class:`Ensemble`.
+
+    The vocabulary is the offset index: label ``r`` of column ``j`` is global label
+    ``offsets[j] + r``; ``L = sum_j k_j``.  A missing label points at a *dummy* global
+    label ``L`` (whose parameters engines fix to 1) and is zeroed by ``mask``, so
+    gathers need no branch.  Per-row arrays keep ``N`` last (contiguous).
+
+    Attributes
+    ----------
+    idx : LongTensor (M, N)
+        Global label index of ``x_ij``; ``L`` where missing.
+    mask : Tensor (M, N) or None
+        1.0 where observed, 0.0 where missing; None when nothing is missing.
+    n_observed_rows : Tensor (N,)
+        ``V_i``, the number of observed labels of row ``i``.
+    offsets : ndarray of int64 (M + 1,)
+    n_labels : ndarray of int64 (M,)
+    """
+
+    idx: object
+    mask: object
+    n_observed_rows: object
+    offsets: np.ndarray
+    n_labels: np.ndarray
+
+    @classmethod
+    def build(cls, ensemble: Ensemble, device="cpu", dtype=None) -> LabelData:
+        import torch
+
+        dtype = torch.float64 if dtype is None else dtype
+        L = ensemble.n_total_labels
+        gidx = ensemble.offset_index()
+        gidx = np.where(gidx >= 0, gidx, L)
+        idx = torch.as_tensor(np.ascontiguousarray(gidx.T), device=device)
+        obs = ensemble.codes >= 0
+        mask = None
+        if not obs.all():
+            mask = torch.as_tensor(np.ascontiguousarray(obs.T), device=device, dtype=dtype)
+        V = torch.as_tensor(obs.sum(axis=1), device=device, dtype=dtype)
+        return cls(idx=idx, mask=mask, n_observed_rows=V, offsets=ensemble.offsets,
+                   n_labels=np.asarray(ensemble.n_labels))
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.idx.shape[1])
+
+    @property
+    def n_partitions(self) -> int:
+        return int(self.idx.shape[0])
+
+    @property
+    def n_total_labels(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def column_of(self) -> np.ndarray:
+        """Column ``j`` of each global label, int64 (L,)."""
+        return np.repeat(np.arange(self.n_labels.size), self.n_labels)
+
+    def column(self, j: int, rows: slice = slice(None)):
+        """``(idx_j, mask_j)`` of base clustering ``j`` for a slice of rows."""
+        m = None if self.mask is None else self.mask[j, rows]
+        return self.idx[j, rows], m
+
+    def weighted_rows(self, weights=None):
+        """``sum_j w_j [x_ij observed]`` (N,); ``V_i`` when ``weights`` is None."""
+        if weights is None:
+            return self.n_observed_rows
+        obs = (self.idx < self.n_total_labels).to(self.n_observed_rows.dtype)
+        return (weights.to(obs.dtype)[:, None] * obs).sum(0)
+
+    def row_layout(self):
+        """Cached numpy ``(idx (N, M) int32, mask (N, M) or None)``, row-major (CPU kernels)."""
+        cache = self.__dict__.setdefault("_rows_cache", {})
+        if "v" not in cache:
+            idx = np.ascontiguousarray(self.idx.cpu().numpy().T, dtype=np.int32)
+            mask = None if self.mask is None else np.ascontiguousarray(
+                self.mask.cpu().numpy().T)
+            cache["v"] = (idx, mask)
+        return cache["v"]
 
 
 def as_ensemble(X) -> Ensemble:

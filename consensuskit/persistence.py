@@ -16,6 +16,7 @@ CPU before saving.  As with any pickle, load only files you trust.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import io
@@ -40,6 +41,9 @@ def _to_cpu(obj):
         return {k: _to_cpu(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return type(obj)(_to_cpu(v) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: _to_cpu(getattr(obj, f.name))
+                                           for f in dataclasses.fields(obj) if f.init})
     return obj
 
 

@@ -80,9 +80,9 @@ def synthetic(N, M=20, K=4, k=5, seed=0):
 def bench_ours(ens, K, iters, dtype, device):
     # warm-up (numba compilation / CUDA context) on a small slice, not timed
     small = ens.subset(np.arange(min(ens.n_samples, 1000)))
-    cavi.variational_em(cavi.prepare_data(small, device=device, dtype=dtype), K,
+    cavi.variational_em(small.label_data(device, dtype), K,
                         cavi.init_beta_random(small, K, 0), max_iter=1, tol=0.0)
-    data = cavi.prepare_data(ens, device=device, dtype=dtype)
+    data = ens.label_data(device, dtype)
     beta0 = cavi.init_beta_random(ens, K, 0)
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -94,7 +94,7 @@ def bench_ours(ens, K, iters, dtype, device):
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
     gpu = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
-    return dt / res["n_iter"], mem.delta, gpu
+    return dt / res.n_iter, mem.delta, gpu
 
 
 def bench_sklearn(ens, K, iters):

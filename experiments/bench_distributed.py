@@ -69,11 +69,12 @@ def hungarian_accuracy(y, z):
 
 
 def per_iter(fit):
-    """Per-rank (bytes sent, CPU s, comm wall s) per EM iteration of a DistributedFit."""
-    n = max(fit.n_iter, 1)
-    sent = [b / n for b in fit.bytes_sent("fit")]
-    cpu = [s["cpu"] / n for s in fit.seconds]
-    comm = [s["comm"] / n for s in fit.seconds]
+    """Per-rank (bytes sent, CPU s, comm wall s) per EM iteration of a distributed fit."""
+    n = max(fit.n_iter_, 1)
+    rec = fit.distributed_
+    sent = [b / n for b in rec.bytes_sent("fit")]
+    cpu = [s["cpu"] / n for s in rec.seconds]
+    comm = [s["comm"] / n for s in rec.seconds]
     return sent, cpu, comm
 
 
@@ -146,14 +147,14 @@ def main():
         for P in (1, 2, 3, 4):
             fit = fit_distributed(X, K, n_workers=P, mode=mode, max_iter=50, tol=1e-6,
                                   random_state=0)
-            acc = hungarian_accuracy(truth, fit.labels)
-            ari = adjusted_rand_score(truth, fit.labels)
-            t_fit = max(s["total"] for s in fit.seconds)
+            acc = hungarian_accuracy(truth, fit.labels_)
+            ari = adjusted_rand_score(truth, fit.labels_)
+            t_fit = max(s["total"] for s in fit.distributed_.seconds)
             report["fig5"].append({"mode": mode, "P": P, "accuracy": acc, "ari": ari,
-                                   "n_iter": fit.n_iter, "bound": fit.lower_bound,
+                                   "n_iter": fit.n_iter_, "bound": fit.lower_bound_,
                                    "seconds": t_fit})
-            print(f"{mode:15s} {P:2d} {acc:6.3f} {ari:6.3f} {fit.n_iter:5d} "
-                  f"{fit.lower_bound:11.2f} {t_fit:7.3f}")
+            print(f"{mode:15s} {P:2d} {acc:6.3f} {ari:6.3f} {fit.n_iter_:5d} "
+                  f"{fit.lower_bound_:11.2f} {t_fit:7.3f}")
 
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_distributed.json"), "w") as fh:

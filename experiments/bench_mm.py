@@ -177,7 +177,7 @@ def main(argv=None):
                 t_np, c_np, m_np, F_np = peer
                 # peer objective omits the constant Dirichlet normalisers; compare the log-lik
                 # part: both start from the same parameters and run the same updates
-                F_ours = res.loglik + (a - 1.0) * float(res.log_theta.double().sum())
+                F_ours = res.params.loglik + (a - 1.0) * float(res.params.log_theta.double().sum())
                 rel = abs(F_ours - F_np) / abs(F_np)
                 print(
                     f"{n:>9} {dname:>8} {t_ours:>9.3f} {c_ours:>8.3f} {m_ours:>8.1f}"

@@ -39,7 +39,7 @@ def _tiny_params(rng, ens, K=2):
 
 
 def _hand_bound(ens, alpha, betas, gamma, phi):
-    data = cavi.prepare_data(ens)
+    data = ens.label_data()
     mask = torch.tensor(ens.codes.T >= 0, dtype=torch.float64)
     phik = (phi * mask[..., None]).permute(0, 2, 1)  # (M, K, N), zero where missing
     stats = cavi.beta_statistics(phik, data.idx, data.n_total_labels)
@@ -88,7 +88,7 @@ def test_enumerated_guide_dominates_meanfield(rng):
     """The z-enumerated guide's ELBO >= the mean-field bound at the same gamma (Jensen)."""
     ens = Ensemble.from_labels(TINY)
     alpha, betas, gamma, _ = _tiny_params(rng, ens)
-    data = cavi.prepare_data(ens)
+    data = ens.label_data()
     phik = cavi.update_phi(cavi.elog_dirichlet(gamma.T), cavi.pack_beta(betas), data.idx,
                            data.mask)
     lb = _hand_bound(ens, alpha, betas, gamma, phik.permute(0, 2, 1))
@@ -256,7 +256,7 @@ def test_numba_estep_matches_torch(rng, missing):
         drop[:, 0] = False
         X = np.where(drop, -1, X)
     ens = Ensemble.from_labels(X)
-    data = cavi.prepare_data(ens)
+    data = ens.label_data()
     beta = torch.tensor(cavi.init_beta_random(ens, 3, 0))
     alpha = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
     g = cavi.initial_gamma(alpha, data)
@@ -273,15 +273,15 @@ def test_variational_em_torch_and_numba_backends_agree(rng):
     X[rng.random(X.shape) < 0.1] = -1
     X[:, 0] = np.abs(X[:, 0])
     ens = Ensemble.from_labels(X)
-    data = cavi.prepare_data(ens)
+    data = ens.label_data()
     beta0 = cavi.init_beta_kmeans(ens, 3, 0)
     a = cavi.variational_em(data, 3, beta0, max_iter=15, tol=0, backend="torch")
     b = cavi.variational_em(data, 3, beta0, max_iter=15, tol=0, backend="numba")
-    np.testing.assert_allclose(b["bounds"], a["bounds"], rtol=1e-10)
-    np.testing.assert_allclose(b["beta"].numpy(), a["beta"].numpy(), atol=1e-10)
+    np.testing.assert_allclose(b.objectives, a.objectives, rtol=1e-10)
+    np.testing.assert_allclose(b.params.beta.numpy(), a.params.beta.numpy(), atol=1e-10)
     # alpha is weakly identified (flat bound in its direction): 1e-13 differences in
     # sum_i E[log theta_i] move it ~3e-9 after 15 iterations
-    np.testing.assert_allclose(b["alpha"].numpy(), a["alpha"].numpy(), rtol=1e-7)
+    np.testing.assert_allclose(b.params.alpha.numpy(), a.params.alpha.numpy(), rtol=1e-7)
 
 
 def test_degenerate_restarts_are_discarded():

@@ -33,7 +33,6 @@ from consensuskit.inference.bce_cavi import (
     elog_dirichlet,
     lower_bound,
     phi_log_phi,
-    prepare_data,
     update_alpha,
     update_beta,
     update_gamma,
@@ -89,7 +88,7 @@ def _bound(alpha, beta, gamma, phi, idx, L):
 @pytest.mark.parametrize("variant", ["ones", "unif"])
 def test_authors_trajectory(ens_name, variant):
     ens, beta, cols = _load(ens_name)
-    data = prepare_data(ens, dtype=torch.float64)
+    data = ens.label_data(dtype=torch.float64)
     idx = data.idx
     mask = torch.ones(idx.shape, dtype=torch.float64) if data.mask is None else data.mask
     V = data.n_observed_rows

@@ -3,8 +3,10 @@
 What is shown:
 
 * the exact row-distributed and the column-distributed fits, run by 3 worker
-  processes, equal the single-process estimator ``BCE(n_init=1)`` from the same
-  initialisation (float64, fixed number of iterations) to 1e-8;
+  processes, equal the single-process estimator ``BCE`` from the same
+  initialisation (float64, fixed number of iterations) to 1e-8, with one restart and
+  with two; the result *is* a fitted ``BCE``: it predicts, scores (perplexity) and
+  saves/loads like the single-process one;
 * the instrumented communication layer's record shows what travelled: row mode
   only float statistics whose shapes do not depend on N; column mode only
   ``(K, N)`` float row summaries and scalars, the same for every rank whatever
@@ -64,37 +66,39 @@ def data():
 
 
 def assert_same_fit(fit, ref, tol=1e-8):
-    np.testing.assert_allclose(fit.alpha, ref.alpha_, rtol=0, atol=tol)
-    for b, rb in zip(fit.beta, ref.beta_):
+    assert isinstance(fit, BCE)
+    np.testing.assert_allclose(fit.alpha_, ref.alpha_, rtol=0, atol=tol)
+    for b, rb in zip(fit.beta_, ref.beta_):
         np.testing.assert_allclose(b, rb, rtol=0, atol=tol)
-    np.testing.assert_allclose(fit.gamma, ref.gamma_, rtol=0, atol=tol)
-    np.testing.assert_array_equal(fit.labels, ref.labels_)
-    assert fit.n_iter == ref.n_iter_ == N_ITER
+    np.testing.assert_allclose(fit.gamma_, ref.gamma_, rtol=0, atol=tol)
+    np.testing.assert_array_equal(fit.labels_, ref.labels_)
+    assert fit.n_iter_ == ref.n_iter_ == N_ITER
     # The bound is compared relatively (its magnitude is ~400).  In row mode the summed
     # statistics differ from the single-process ones in the last bit; the Newton solver
     # for alpha (ascent-checked) then stops at a slightly different point, so alpha
     # differs by ~2e-9 and the bound by up to ~5e-10 relative (measured).
-    np.testing.assert_allclose(fit.lower_bounds, ref.lower_bounds_, rtol=1e-8, atol=0)
-    lb = np.asarray(fit.lower_bounds)
+    np.testing.assert_allclose(fit.lower_bounds_, ref.lower_bounds_, rtol=1e-8, atol=0)
+    lb = np.asarray(fit.lower_bounds_)
     assert np.all(np.diff(lb) >= -1e-9 * np.abs(lb[1:])), "the EM objective decreased"
 
 
 def fit_messages(fit, phase="fit"):
-    return [[m for m in log if m.phase == phase] for log in fit.messages]
+    return [[m for m in log if m.phase == phase] for log in fit.distributed_.messages]
 
 
 def test_row_exact_equals_single_process_and_sends_only_fixed_size_statistics(data):
     X, _, ref = data
     fit = fit_distributed(X, K, n_workers=P, mode="row", random_state=0, max_iter=N_ITER,
                           tol=0.0, timeout=60)
-    assert fit.n_workers == P and len(fit.messages) == P
+    rec = fit.distributed_
+    assert rec.n_workers == P and len(rec.messages) == P
     assert_same_fit(fit, ref)
 
     ens = Ensemble.from_labels(X)
     L = ens.n_total_labels
     N = X.shape[0]
-    sizes = {len(rows) for rows in fit.assignment}
-    for log in fit.messages:
+    sizes = {len(rows) for rows in rec.assignment}
+    for log in rec.messages:
         assert log, "every rank communicates"
         for m in log:
             assert isinstance(m, Message)
@@ -106,8 +110,8 @@ def test_row_exact_equals_single_process_and_sends_only_fixed_size_statistics(da
         assert names == {("row/suffstats", (K * (L + 1),)), ("row/bound", (1,))}
         assert len(log) == 2 * N_ITER
     # every rank sends the same bytes, independent of how many rows it holds
-    assert len(set(fit.bytes_sent())) == 1
-    assert fit.bytes_sent()[0] == N_ITER * 8 * (K * (L + 1) + 1)
+    assert len(set(rec.bytes_sent())) == 1
+    assert rec.bytes_sent()[0] == N_ITER * 8 * (K * (L + 1) + 1)
 
 
 def test_column_equals_single_process_and_labels_stay_on_their_rank(data):
@@ -116,9 +120,10 @@ def test_column_equals_single_process_and_labels_stay_on_their_rank(data):
                           max_iter=N_ITER, tol=0.0, timeout=60)
     assert_same_fit(fit, ref)
     N = X.shape[0]
-    n_cols = [len(c) for c in fit.assignment]
+    rec = fit.distributed_
+    n_cols = [len(c) for c in rec.assignment]
     assert sorted(n_cols) == [4, 5, 5] and K not in n_cols  # uneven on purpose
-    for r, log in enumerate(fit.messages):
+    for r, log in enumerate(rec.messages):
         for m in log:
             assert "int" not in m.dtype, f"integer payload {m}"
             # nothing shaped like this rank's labels (N x its columns) or like any label column
@@ -134,8 +139,37 @@ def test_column_equals_single_process_and_labels_stay_on_their_rank(data):
             assert [m.name for m in sent] == per_iter * N_ITER
             assert {m.shape for m in sent} == {(K, N), (2,)}
     # a client's traffic does not depend on how many columns it holds
-    assert fit.bytes_sent()[1] == fit.bytes_sent()[2]
+    assert rec.bytes_sent()[1] == rec.bytes_sent()[2]
     assert n_cols[1] != n_cols[2]
+
+
+@pytest.mark.parametrize("mode", ["row", "column"])
+def test_restarts_predict_score_save_load_equal_single_process(data, mode, tmp_path):
+    """n_init=2 over 3 workers equals BCE(n_init=2); the returned BCE predicts, scores and
+    round-trips through save/load like the single-process estimator."""
+    X, _, _ = data
+    # random starts, seed 2: the restarts end 1% apart and the second one wins (k-means
+    # starts all reach the same optimum, so the pick would be a tie at 1e-12)
+    kw = dict(n_init=2, init="random", random_state=2, max_iter=N_ITER, tol=0.0)
+    ref = BCE(K, n_perplexity_samples=100, **kw).fit(X)
+    fit = fit_distributed(X, K, n_workers=P, mode=mode, timeout=60, **kw)
+    fit.set_params(n_perplexity_samples=100)
+    assert_same_fit(fit, ref)
+    assert fit.n_degenerate_ == ref.n_degenerate_ and fit.n_init == 2
+    new = X[::7]
+    np.testing.assert_allclose(fit.predict_proba(new), ref.predict_proba(new), rtol=0,
+                               atol=1e-8)
+    np.testing.assert_array_equal(fit.predict(new), ref.predict(new))
+    # same parameters to 1e-8 and the same importance-sampling seed: the same estimate
+    ppl, se = fit.perplexity(new, return_se=True)
+    ppl_ref, se_ref = ref.perplexity(new, return_se=True)
+    assert ppl == pytest.approx(ppl_ref, rel=1e-7) and se == pytest.approx(se_ref, rel=1e-5)
+    path = tmp_path / "bce.ck"
+    fit.save(path)
+    back = BCE.load(path)
+    np.testing.assert_array_equal(back.predict_proba(new), fit.predict_proba(new))
+    assert back.perplexity(new) == fit.perplexity(new)
+    assert back.distributed_.mode == mode
 
 
 def test_row_sequential_heuristic(data):
@@ -143,22 +177,22 @@ def test_row_sequential_heuristic(data):
     # one rank: the heuristic is the plain EM (before the final gamma refresh)
     one = fit_distributed(X, K, n_workers=1, mode="row-sequential", random_state=0,
                           max_iter=N_ITER, tol=0.0)
-    np.testing.assert_allclose(one.alpha, ref.alpha_, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(np.concatenate(one.beta, 1), np.concatenate(ref.beta_, 1),
+    np.testing.assert_allclose(one.alpha_, ref.alpha_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.concatenate(one.beta_, 1), np.concatenate(ref.beta_, 1),
                                rtol=0, atol=1e-12)
     fit = fit_distributed(X, K, n_workers=P, mode="row-sequential", random_state=0,
                           max_iter=30, tol=1e-8, timeout=60)
     from sklearn.metrics import adjusted_rand_score
 
-    assert adjusted_rand_score(truth, fit.labels) > 0.8
+    assert adjusted_rand_score(truth, fit.labels_) > 0.8
     assert adjusted_rand_score(truth, ref.labels_) > 0.8
-    assert 1 <= fit.n_iter <= 30 and len(fit.lower_bounds) == fit.n_iter
+    assert 1 <= fit.n_iter_ <= 30 and len(fit.lower_bounds_) == fit.n_iter_
     for log in fit_messages(fit):
         for m in log:
             assert m.dtype == "torch.float64" and X.shape[0] not in m.shape
         # each rank passes the parameters on once per iteration it ran
         hops = [m for m in log if m.name == "rowseq/params" and m.role == "send"]
-        assert fit.n_iter - 1 <= len(hops) <= fit.n_iter + 1
+        assert fit.n_iter_ - 1 <= len(hops) <= fit.n_iter_ + 1
 
 
 def test_in_process_single_rank_equals_estimator(data):
@@ -166,10 +200,10 @@ def test_in_process_single_rank_equals_estimator(data):
     ens = Ensemble.from_labels(X)
     beta0 = cavi.init_beta_kmeans(ens, K, np.random.RandomState(0))
     comm = LocalComm()
-    res = fit_rows_exact(comm, cavi.prepare_data(ens), EMConfig(K, max_iter=N_ITER, tol=0.0),
-                         torch.ones(K, dtype=torch.float64), torch.as_tensor(beta0))
-    np.testing.assert_allclose(res["alpha"].numpy(), ref.alpha_, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(res["bounds"], ref.lower_bounds_, rtol=1e-12)
+    res, _ = fit_rows_exact(comm, ens.label_data(), EMConfig(K, max_iter=N_ITER, tol=0.0),
+                            torch.ones(K, dtype=torch.float64), [torch.as_tensor(beta0)])
+    np.testing.assert_allclose(res.best.params.alpha.numpy(), ref.alpha_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.best.objectives, ref.lower_bounds_, rtol=1e-12)
     L = ens.n_total_labels
     assert [(m.name, m.shape) for m in comm.log if m.phase == "fit"] == [
         ("row/suffstats", (K * (L + 1),)), ("row/bound", (1,))] * N_ITER

@@ -118,6 +118,30 @@ def test_offset_index_and_onehot():
     np.testing.assert_array_equal(B, [[1, 0, 0, 1], [0, 1, 0, 0], [1, 0, 1, 0]])
 
 
+def test_label_data_is_the_offset_index_with_a_dummy_label_built_once():
+    import pickle
+
+    ens = Ensemble.from_labels([[0, 1], [1, -1], [0, 0]])
+    d = ens.label_data(dtype=torch.float32)
+    # (M, N) global index, the dummy label L = 4 where missing, a mask zeroing it
+    np.testing.assert_array_equal(d.idx.numpy(), [[0, 1, 0], [3, 4, 2]])
+    np.testing.assert_array_equal(d.mask.numpy(), [[1, 1, 1], [1, 0, 1]])
+    assert d.mask.dtype == torch.float32
+    np.testing.assert_array_equal(d.n_observed_rows.numpy(), [2, 1, 2])
+    np.testing.assert_array_equal(d.column_of, [0, 0, 1, 1])
+    np.testing.assert_array_equal(d.weighted_rows(torch.tensor([2.0, 0.5])).numpy(),
+                                  [2.5, 2.0, 2.5])
+    idx_rows, mask_rows = d.row_layout()
+    np.testing.assert_array_equal(idx_rows, d.idx.numpy().T)
+    assert idx_rows.flags.c_contiguous and mask_rows.shape == (3, 2)
+    # cached per device and dtype, and not written into a pickled ensemble
+    assert ens.label_data(dtype=torch.float32) is d
+    assert ens.label_data() is not d and ens.label_data().mask.dtype == torch.float64
+    back = pickle.loads(pickle.dumps(ens))
+    assert "_label_data" not in back.__dict__
+    assert Ensemble.from_labels([[0, 1], [1, 0]]).label_data().mask is None
+
+
 # -- co-association -------------------------------------------------------------------
 
 

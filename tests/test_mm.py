@@ -191,8 +191,8 @@ def test_composed_steps_reproduce_run_em(rng):
     for _ in range(7):
         resp, _ = mm_em.e_step(layout, lp, lt)
         lp, lt = mm_em.m_step(layout, resp, label_prior=1.2)
-    assert res.n_iter == 7 and len(res.history) == 8
-    torch.testing.assert_close(res.log_theta, lt, rtol=0, atol=1e-12)
+    assert res.n_iter == 7 and len(res.objectives) == 8
+    torch.testing.assert_close(res.params.log_theta, lt, rtol=0, atol=1e-12)
     F, _ = mm_em.objective(layout, lp, lt, label_prior=1.2)
     assert abs(res.objective - F) < 1e-9
 

@@ -12,7 +12,7 @@ from scipy import stats
 
 from consensuskit.ensemble import Ensemble
 from consensuskit.estimators.nbce import NBCE
-from consensuskit.inference.nbce_cvb import cvb_approx_bound, cvb_expected_counts, cvb_nbce
+from consensuskit.inference.nbce_cvb import CVB, cvb_approx_bound, cvb_expected_counts
 from consensuskit.inference.nbce_gibbs import (
     GibbsState,
     _seed,
@@ -23,7 +23,7 @@ from consensuskit.inference.nbce_gibbs import (
     point_consensus,
     sample_conditional,
 )
-from consensuskit.inference.nbce_vb import onehot_tensor, vb_bound, vb_nbce
+from consensuskit.inference.nbce_vb import VB, onehot_tensor, vb_bound
 from consensuskit.models.nbce import (
     collapsed_log_joint,
     guide_fsd,
@@ -194,9 +194,9 @@ def test_cvb_update_at_onehot_q_is_the_gibbs_conditional(prior, rng):
     assert approx == pytest.approx(
         collapsed_log_joint(ens.codes, ens.n_labels, z, T, a0, b, prior), abs=1e-9
     )
-    out = cvb_nbce(idx, ens.n_labels, T, prior=prior, alpha0=a0, beta=b, max_iter=1,
-                   block_size=ens.n_samples, init_gamma=G)
-    gam = out["gamma"].numpy()
+    out = CVB(idx, ens.n_labels, T, prior=prior, alpha0=a0, beta=b, block_size=ens.n_samples,
+              init_gamma=G).run(max_iter=1, tol=1e-5).best
+    gam = out.params.gamma.numpy()
     for n in range(ens.n_samples):
         np.testing.assert_allclose(gam[n], _brute_conditional(ens, z, n, T, a0, b, prior),
                                    rtol=1e-9, atol=1e-12)
@@ -284,13 +284,13 @@ def test_sbc_collapsed_gibbs_long(prior):
 def test_vb_bound_never_decreases(update, incomplete_labels):
     ens = Ensemble.from_labels(incomplete_labels)
     g = torch.Generator().manual_seed(3)
-    out = vb_nbce(ens.offset_index(), ens.n_labels, 8, alpha0=2.0, beta=0.3,
-                  update_hyperparameters=update, max_iter=300, tol=1e-12, generator=g)
-    lb = np.asarray(out["lower_bounds"])
+    out = VB(ens.offset_index(), ens.n_labels, 8, alpha0=2.0, beta=0.3,
+             update_hyperparameters=update, generator=g).run(max_iter=300, tol=1e-12).best
+    lb = np.asarray(out.objectives)
     assert lb.size > 5
     assert np.all(np.diff(lb) >= -1e-9 * np.abs(lb[1:])), np.diff(lb).min()
     if update:
-        assert out["alpha0"] != 2.0 and out["beta"] != 0.3
+        assert out.params.alpha0 != 2.0 and out.params.beta != 0.3
 
 
 def test_vb_bound_equals_pyro_elbo(rng):
@@ -300,11 +300,11 @@ def test_vb_bound_equals_pyro_elbo(rng):
     ens = _tiny(rng, n=6, m=3)
     T, a0, b = 3, 1.2, 0.7
     g = torch.Generator().manual_seed(0)
-    out = vb_nbce(ens.offset_index(), ens.n_labels, T, alpha0=a0, beta=b,
-                  update_hyperparameters=False, max_iter=5, generator=g)
+    out = VB(ens.offset_index(), ens.n_labels, T, alpha0=a0, beta=b,
+             update_hyperparameters=False, generator=g).run(max_iter=5, tol=1e-7).best
     idx = ens.offset_index()
     X, Xt = onehot_tensor(idx, ens.n_total_labels, torch.float64, "cpu")
-    gamma, xi, rho = out["gamma"], out["xi"], out["rho"]
+    gamma, xi, rho = out.params.gamma, out.params.xi, out.params.rho
     col_of = torch.as_tensor(np.repeat(np.arange(ens.n_partitions), ens.n_labels))
     ours = vb_bound(torch.sparse.mm(Xt, gamma), xi, rho, gamma, a0, b,
                     torch.as_tensor(ens.n_labels), col_of)
@@ -332,10 +332,10 @@ def test_vb_bound_equals_pyro_elbo(rng):
 def test_cvb_runs_both_priors_and_converges(rng):
     ens = _tiny(rng, n=60, m=6)
     for prior in PRIORS:
-        out = cvb_nbce(ens.offset_index(), ens.n_labels, 6, prior=prior, max_iter=300,
-                       tol=1e-6, generator=torch.Generator().manual_seed(0))
-        assert out["converged"]
-        np.testing.assert_allclose(out["gamma"].sum(1).numpy(), 1.0)
+        out = CVB(ens.offset_index(), ens.n_labels, 6, prior=prior,
+                  generator=torch.Generator().manual_seed(0)).run(max_iter=300, tol=1e-6).best
+        assert out.converged
+        np.testing.assert_allclose(out.params.gamma.sum(1).numpy(), 1.0)
 
 
 # ---------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Distributed BCE on ``torch.distributed`` (gloo, CPU): row- and column-distributed EM.
 
-* :func:`fit_distributed` -- spawn ``P`` local workers and fit (Python API);
+* :func:`fit_distributed` -- spawn ``P`` local workers and fit (Python API); returns a
+  fitted :class:`consensuskit.BCE`;
 * ``torchrun ... -m consensuskit.distributed fit ...`` -- one process per rank on
   any number of machines (see :mod:`consensuskit.distributed.launch`);
 * :mod:`.row` -- exact row-distributed EM and the paper's sequential heuristic;
@@ -15,7 +16,7 @@ from importlib import import_module
 
 _LAZY = {
     "fit_distributed": "launch",
-    "DistributedFit": "launch",
+    "CommRecord": "launch",
     "DistributedFitError": "launch",
     "MODES": "launch",
     "CommError": "comm",

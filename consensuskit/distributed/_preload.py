@@ -15,7 +15,7 @@ from . import _worker  # noqa: F401
 
 def _warm() -> None:
     ens = Ensemble.from_labels(np.array([[0, 1], [1, 0], [1, -1]]))
-    data = _cavi.prepare_data(ens)
+    data = ens.label_data()
     alpha = torch.ones(2, dtype=torch.float64)
     beta = torch.full((2, ens.n_total_labels), 0.5, dtype=torch.float64)
     gamma = _cavi.initial_gamma(alpha, data)

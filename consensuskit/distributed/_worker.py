@@ -40,36 +40,40 @@ def beta_columns(beta: np.ndarray, offsets: np.ndarray, cols) -> np.ndarray:
     return np.concatenate([beta[:, offsets[j]:offsets[j + 1]] for j in cols], axis=1)
 
 
-def run_rank(comm, mode: str, ensemble: Ensemble, cfg: EMConfig, alpha0, beta0, dtype,
+def run_rank(comm, mode: str, ensemble: Ensemble, cfg: EMConfig, alpha0, beta0s, dtype,
              index, hook=None) -> WorkerResult:
     """Run one rank's part of a fit over ``comm`` and package its result.
 
-    ``index`` holds the global row indices (row modes) or column indices (column
-    mode) of ``ensemble``'s rows / columns.
+    ``beta0s`` holds the initial beta of each restart (this rank's columns in column
+    mode); ``index`` the global row indices (row modes) or column indices (column mode)
+    of ``ensemble``'s rows / columns.
     """
-    data = cavi.prepare_data(ensemble, dtype=dtype)
+    data = ensemble.label_data(dtype=dtype)
     # every rank has its data: a monitored barrier names any rank that did not get here
     comm.barrier("setup/ready")
     a0 = torch.as_tensor(np.asarray(alpha0), dtype=dtype)
-    b0 = torch.as_tensor(np.asarray(beta0), dtype=dtype)
+    b0s = [torch.as_tensor(np.asarray(b), dtype=dtype) for b in beta0s]
     fn = {"row": row.fit_rows_exact, "row-sequential": row.fit_rows_sequential,
           "column": column.fit_columns}[mode]
-    res = fn(comm, data, cfg, a0, b0, hook=hook)
-    out = WorkerResult(rank=comm.rank, lower_bounds=list(res["bounds"]), n_iter=res["n_iter"],
-                       converged=res["converged"], degenerate=res["degenerate"],
-                       messages=list(comm.log), seconds=res["seconds"])
-    if res["alpha"] is not None:
-        out.alpha = res["alpha"].numpy().astype(np.float64)
-    blocks = cavi.unpack_beta(res["beta"], ensemble.offsets)
+    fit, seconds = fn(comm, data, cfg, a0, b0s, hook=hook)
+    best = fit.best
+    res = best.params
+    out = WorkerResult(rank=comm.rank, lower_bounds=list(best.objectives), n_iter=best.n_iter,
+                       converged=best.converged, degenerate=best.degenerate,
+                       runs=[(r.objective, r.degenerate) for r in fit.runs],
+                       messages=list(comm.log), seconds=seconds)
+    if res.alpha is not None:
+        out.alpha = res.alpha.numpy().astype(np.float64)
+    blocks = cavi.unpack_beta(res.beta, ensemble.offsets)
     if mode == "column":
         out.beta = {int(j): b.numpy().astype(np.float64) for j, b in zip(index, blocks)}
-        if res["gamma"] is not None:
+        if res.alpha is not None:
             out.rows = np.arange(ensemble.n_samples)
-            out.gamma = res["gamma"].T.numpy().astype(np.float64)
+            out.gamma = res.gamma.T.numpy().astype(np.float64)
     else:
         out.beta = {j: b.numpy().astype(np.float64) for j, b in enumerate(blocks)}
         out.rows = np.asarray(index, dtype=np.int64)
-        out.gamma = res["gamma"].T.numpy().astype(np.float64)
+        out.gamma = res.gamma.T.numpy().astype(np.float64)
     return out
 
 

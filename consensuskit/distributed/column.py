@@ -38,16 +38,20 @@ floating-point additions.
 
 from __future__ import annotations
 
+import math
 import time
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import torch
 
+from ..ensemble import LabelData
 from ..inference import bce_cavi as cavi
+from ..inference.driver import Engine
 from .comm import Comm
-from .common import EMConfig, progress, relative_change_small
+from .common import EMConfig
+from .row import drive_ranks
 
-__all__ = ["fit_columns", "COORDINATOR"]
+__all__ = ["fit_columns", "ColumnCAVI", "COORDINATOR"]
 
 #: Rank of the coordinator (E-step and M-step server).
 COORDINATOR = 0
@@ -64,38 +68,112 @@ def _beta_bound_part(beta, stats, smoothing):
     return cavi.lower_bound(beta.new_ones(K), beta, g0, g0, stats, 0.0, smoothing=smoothing)
 
 
-def fit_columns(comm: Comm, data: cavi.BCEData, cfg: EMConfig, alpha0, beta0, hook=None):
+@dataclass
+class ColumnState:
+    """One rank's state: its columns' ``beta`` (K, L_p); on the coordinator also ``alpha``
+    (K,) and ``gamma`` (K, N) (elsewhere ``alpha`` is None and ``gamma`` a receive buffer);
+    the bound and degeneracy flag every rank received from the coordinator."""
+
+    alpha: torch.Tensor | None
+    beta: torch.Tensor
+    gamma: torch.Tensor
+    bound: float = math.nan
+    degenerate: bool = False
+
+
+class ColumnCAVI(Engine):
+    """BCE's variational EM with the columns spread over ranks (the module's exchange), as
+    an engine of the one fit driver: every rank runs the driver, and the coordinator
+    broadcasts the bound and the degeneracy flag, so that all take the same decisions."""
+
+    def __init__(self, comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, V, N):
+        self.comm, self.data, self.cfg = comm, data, cfg
+        self.coord = comm.rank == COORDINATOR
+        self.K, self.N = cfg.n_clusters, N
+        self.dtype = data.n_observed_rows.dtype
+        self.alpha0, self.beta0s, self.V = alpha0, beta0s, V
+        self.alpha_cap = None
+        if self.coord:
+            self.alpha_cap = (cfg.alpha_cap if cfg.alpha_cap is not None
+                              else 10.0 * float(V.max()))
+
+    def init(self, rng=None, run=0) -> ColumnState:
+        beta = torch.as_tensor(self.beta0s[run], dtype=self.dtype).clone()
+        if self.coord:
+            alpha = torch.as_tensor(self.alpha0, dtype=self.dtype).clone()
+            gamma = cavi.initial_gamma(alpha, self.data, self.dtype, row_weights=self.V)
+        else:
+            alpha, gamma = None, torch.empty(self.K, self.N, dtype=self.dtype)
+        return ColumnState(alpha, beta, gamma)
+
+    def step(self, state: ColumnState, rng=None) -> ColumnState:
+        comm, cfg, K = self.comm, self.cfg, self.K
+        alpha, beta, gamma = state.alpha, state.beta, state.gamma
+        zero_alpha = torch.zeros(K, dtype=self.dtype)
+        for t in range(1, cfg.inner_iter + 1):
+            last = t == cfg.inner_iter
+            comm.broadcast(gamma, COORDINATOR, "column/gamma")
+            _, acc, stats_p, plogp_p, _ = cavi.e_step(
+                zero_alpha, beta, self.data, gamma, 1, collect=last, chunk_size=cfg.chunk_size)
+            comm.reduce(acc, COORDINATOR, "column/phi_sum")
+            if self.coord:
+                phi_sum = acc
+                gamma = cavi.update_gamma(alpha, acc)
+        # local M-step for beta; this rank's pieces of the bound
+        beta = cavi.update_beta(stats_p, self.data.offsets, cfg.smoothing)
+        terms = torch.tensor([plogp_p, _beta_bound_part(beta, stats_p, cfg.smoothing)],
+                             dtype=torch.float64)
+        comm.reduce(terms, COORDINATOR, "column/bound_terms")
+        control = torch.zeros(2, dtype=torch.float64)  # (bound, degenerate)
+        if self.coord:
+            suff = cavi.elog_dirichlet(gamma).sum(1)
+            alpha, _ = cavi.update_alpha(alpha, suff, self.N, tol=cfg.newton_tol,
+                                         ensure_ascent=True, alpha_cap=self.alpha_cap)
+            empty = torch.ones(K, 0, dtype=self.dtype)
+            control[0] = cavi.lower_bound(alpha, empty, gamma, phi_sum, empty, float(terms[0]),
+                                          smoothing=0.0) + float(terms[1])
+            control[1] = float(float(alpha.sum()) > self.alpha_cap)
+        comm.broadcast(control, COORDINATOR, "column/control")
+        return ColumnState(alpha, beta, gamma, float(control[0]), bool(control[1] > 0))
+
+    def objective(self, state: ColumnState) -> float:
+        return state.bound
+
+    def degenerate(self, state: ColumnState) -> bool:
+        return state.degenerate
+
+
+def fit_columns(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, hook=None):
     """Column-distributed variational EM (client-server; rank 0 coordinates).
 
     Parameters
     ----------
     comm : Comm
-    data : BCEData
+    data : LabelData
         This rank's columns (all ``N`` rows), coded with this rank's own offsets.
         Rows whose labels in these columns are all missing are allowed; every
         row must have a label on some rank.
     cfg : EMConfig
     alpha0 : Tensor (K,)
         Used on the coordinator only.
-    beta0 : Tensor (K, L_p)
-        This rank's columns' initial label distributions.
+    beta0s : list of Tensor (K, L_p)
+        This rank's columns' initial label distributions, one per restart.
     hook : callable(rank, iteration) or None
 
     Returns
     -------
-    dict with ``beta`` (K, L_p) on every rank; ``alpha`` (K,), ``gamma`` (K, N)
-    and ``bounds`` on the coordinator (None / empty elsewhere); ``n_iter``,
-    ``converged``, ``degenerate``, ``seconds`` on every rank.
+    (Fit, seconds) as :func:`consensuskit.distributed.row.fit_rows_exact`: the best run's
+    ``params`` (:class:`ColumnState`) hold this rank's ``beta`` (K, L_p), and on the
+    coordinator ``alpha`` (K,) and ``gamma`` (K, N).
 
     Messages: setup -- ``setup/n_rows`` (2,), ``setup/n_observed_rows`` (N,)
     reduce, ``setup/status`` (1,); per iteration -- ``inner_iter`` times
     ``column/gamma`` broadcast (K, N) and ``column/phi_sum`` reduce (K, N), then
     ``column/bound_terms`` reduce (2,) and ``column/control`` broadcast (2,).
     """
-    t_start, c_start = time.perf_counter(), time.process_time()
+    t0 = time.perf_counter(), time.process_time()
     K = cfg.n_clusters
     dtype = data.n_observed_rows.dtype
-    coord = comm.rank == COORDINATOR
     N = data.n_rows
     comm.set_phase("setup")
     # every rank must describe the same rows
@@ -109,72 +187,15 @@ def fit_columns(comm: Comm, data: cavi.BCEData, cfg: EMConfig, alpha0, beta0, ho
     V = data.n_observed_rows.to(torch.float64).clone()
     comm.reduce(V, COORDINATOR, "setup/n_observed_rows")
     status = torch.zeros(1, dtype=torch.float64)
-    if coord:
+    if comm.rank == COORDINATOR:
         status[0] = float((V <= 0).sum())
     comm.broadcast(status, COORDINATOR, "setup/status")
     if status[0] > 0:
         raise ValueError(f"{int(status[0])} row(s) have no observed label on any rank")
     comm.set_phase("fit")
-
-    beta = torch.as_tensor(beta0, dtype=dtype).clone()
-    if beta.shape != (K, data.n_total_labels):
-        raise ValueError(f"beta0 for rank {comm.rank} has shape {tuple(beta.shape)}; "
-                         f"expected ({K}, {data.n_total_labels})")
-    zero_alpha = torch.zeros(K, dtype=dtype)
-    alpha = gamma = None
-    alpha_cap = None
-    if coord:
-        alpha = torch.as_tensor(alpha0, dtype=dtype).clone()
-        V = V.to(dtype)
-        gamma = cavi.initial_gamma(alpha, SimpleNamespace(n_observed_rows=V), dtype)
-        alpha_cap = cfg.alpha_cap if cfg.alpha_cap is not None else 10.0 * float(V.max())
-    else:
-        gamma = torch.empty(K, N, dtype=dtype)
-    bounds: list[float] = []
-    converged = degenerate = False
-    bar = progress(cfg, comm.rank, f"BCE column-distributed (P={comm.world_size})")
-    it = 0
-    for it in range(1, cfg.max_iter + 1):
-        for t in range(1, cfg.inner_iter + 1):
-            last = t == cfg.inner_iter
-            comm.broadcast(gamma, COORDINATOR, "column/gamma")
-            _, acc, stats_p, plogp_p, _ = cavi.e_step(
-                zero_alpha, beta, data, gamma, 1, collect=last, chunk_size=cfg.chunk_size)
-            comm.reduce(acc, COORDINATOR, "column/phi_sum")
-            if coord:
-                phi_sum = acc
-                gamma = cavi.update_gamma(alpha, acc)
-        # local M-step for beta; this rank's pieces of the bound
-        beta = cavi.update_beta(stats_p, data.offsets, cfg.smoothing)
-        terms = torch.tensor(
-            [plogp_p, _beta_bound_part(beta, stats_p, cfg.smoothing)],
-            dtype=torch.float64)
-        comm.reduce(terms, COORDINATOR, "column/bound_terms")
-        control = torch.zeros(2, dtype=torch.float64)
-        if coord:
-            suff = cavi.elog_dirichlet(gamma).sum(1)
-            alpha, _ = cavi.update_alpha(alpha, suff, N, tol=cfg.newton_tol,
-                                         ensure_ascent=True, alpha_cap=alpha_cap)
-            empty = torch.ones(K, 0, dtype=dtype)
-            lb = cavi.lower_bound(alpha, empty, gamma, phi_sum, empty, float(terms[0]),
-                                  smoothing=0.0) + float(terms[1])
-            bounds.append(lb)
-            if float(alpha.sum()) > alpha_cap:
-                control[:] = torch.tensor([1.0, 1.0])
-            elif relative_change_small(bounds, cfg.tol):
-                control[0] = 1.0
-        comm.broadcast(control, COORDINATOR, "column/control")
-        if bar is not None:
-            bar.update(1)
-        if hook is not None:
-            hook(comm.rank, it)
-        if control[0] > 0:
-            degenerate = bool(control[1] > 0)
-            converged = not degenerate
-            break
-    if bar is not None:
-        bar.close()
-    return {"alpha": alpha, "beta": beta, "gamma": gamma if coord else None,
-            "bounds": bounds, "n_iter": it, "converged": converged, "degenerate": degenerate,
-            "seconds": {"total": time.perf_counter() - t_start, "comm": comm.comm_seconds,
-                        "cpu": time.process_time() - c_start}}
+    for b in beta0s:
+        if tuple(b.shape) != (K, data.n_total_labels):
+            raise ValueError(f"beta0 for rank {comm.rank} has shape {tuple(b.shape)}; "
+                             f"expected ({K}, {data.n_total_labels})")
+    engine = ColumnCAVI(comm, data, cfg, alpha0, beta0s, V.to(dtype), N)
+    return drive_ranks(comm, engine, cfg, len(beta0s), hook, "BCE column-distributed", t0)

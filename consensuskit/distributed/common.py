@@ -1,7 +1,7 @@
 """Pieces shared by the row- and column-distributed engines.
 
 The engines run the same variational EM as the single-process estimator
-(:func:`consensuskit.inference.bce_cavi.variational_em`): per iteration an
+(:class:`consensuskit.inference.bce_cavi.CAVI` under the one fit driver): per iteration an
 E-step of ``inner_iter`` warm-started (phi, gamma) passes, then the beta
 update (eq. 7), the Newton update of alpha (eq. 8, with ascent checks) and the
 objective ``L + smoothing * sum ln beta``; they stop on a relative change of
@@ -99,8 +99,11 @@ class WorkerResult:
         The label distributions this rank holds (all columns in row mode, its own
         columns in column mode).
     lower_bounds : list of float
+        The kept restart's objective after every iteration.
     n_iter : int
     converged, degenerate : bool
+    runs : list of (float, bool)
+        Final objective and degeneracy flag of every restart.
     messages : list of dict
         The rank's :class:`~consensuskit.distributed.comm.Message` records.
     seconds : dict
@@ -117,6 +120,7 @@ class WorkerResult:
     n_iter: int = 0
     converged: bool = False
     degenerate: bool = False
+    runs: list = field(default_factory=list)
     messages: list = field(default_factory=list)
     seconds: dict = field(default_factory=dict)
 

@@ -3,8 +3,9 @@
 Python::
 
     from consensuskit.distributed import fit_distributed
-    fit = fit_distributed(X, n_clusters=3, n_workers=4, mode="row")
-    fit.labels, fit.alpha, fit.beta, fit.lower_bounds
+    bce = fit_distributed(X, n_clusters=3, n_workers=4, mode="row")   # a fitted BCE
+    bce.labels_, bce.alpha_, bce.predict(X_new), bce.perplexity(X_new), bce.save(path)
+    bce.distributed_.bytes_sent()                                      # what travelled
 
 Command line (one process per rank, any number of machines)::
 
@@ -35,7 +36,7 @@ from ._worker import beta_columns, column_ensemble, run_rank, worker_main
 from .comm import CommError, LocalComm, TorchComm
 from .common import EMConfig, FaultHook, WorkerResult
 
-__all__ = ["fit_distributed", "DistributedFit", "DistributedFitError", "MODES", "main"]
+__all__ = ["fit_distributed", "CommRecord", "DistributedFitError", "MODES", "main"]
 
 #: Distribution schemes: exact row-distributed, the paper's heuristic sequential
 #: row variant, and the column-distributed client-server scheme.
@@ -47,25 +48,11 @@ class DistributedFitError(RuntimeError):
 
 
 @dataclass
-class DistributedFit:
-    """Result of :func:`fit_distributed`.
+class CommRecord:
+    """How a distributed fit ran: ``BCE.distributed_`` after :func:`fit_distributed`.
 
     Attributes
     ----------
-    alpha : ndarray (K,)
-    beta : list of ndarray, each (K, k_j)
-    gamma : ndarray (N, K)
-        Variational Dirichlet parameters of every row, in the input order.
-    membership : ndarray (N, K)
-        ``gamma`` normalised over clusters (soft consensus).
-    labels : ndarray (N,)
-        ``argmax_h gamma_ih`` (hard consensus).
-    lower_bounds : list of float
-        Objective after every EM iteration (row-sequential: the sum of the ranks'
-        local bounds, a heuristic monitor).
-    lower_bound : float
-    n_iter : int
-    converged, degenerate : bool
     mode : str
     n_workers : int
     messages : list of list of Message
@@ -78,16 +65,6 @@ class DistributedFit:
         Rows (row modes) or columns (column mode) held by each rank.
     """
 
-    alpha: np.ndarray
-    beta: list
-    gamma: np.ndarray
-    membership: np.ndarray
-    labels: np.ndarray
-    lower_bounds: list
-    lower_bound: float
-    n_iter: int
-    converged: bool
-    degenerate: bool
     mode: str
     n_workers: int
     messages: list = field(repr=False, default_factory=list)
@@ -206,18 +183,19 @@ def _validate_beta_init(beta_init, ens: Ensemble, K: int) -> np.ndarray:
     return b
 
 
-def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", max_iter=100, tol=1e-6,
-                    inner_iter=5, smoothing=1e-6, init="kmeans", alpha_init=None,
+def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", n_init=1, max_iter=100,
+                    tol=1e-6, inner_iter=5, smoothing=1e-6, init="kmeans", alpha_init=None,
                     beta_init=None, random_state=None, dtype="float64", timeout=60.0,
-                    n_threads=1, verbose=False, start_method=None,
-                    _fault=None) -> DistributedFit:
+                    n_threads=1, verbose=False, start_method=None, _fault=None):
     """Fit BCE by variational EM over ``n_workers`` local processes (gloo, CPU).
 
     The data are split (rows or columns) in this process and each worker
     receives only its part; the workers then talk to each other only through
-    :mod:`consensuskit.distributed.comm`.  With the same initialisation the
-    ``"row"`` and ``"column"`` fits equal :class:`consensuskit.BCE` with
-    ``n_init=1`` up to floating-point summation order.
+    :mod:`consensuskit.distributed.comm`.  Each worker runs BCE's engine under the
+    one fit driver (row mode: with an all-reduce of the sufficient statistics;
+    column mode: with the client-server exchange), so the ``"row"`` and
+    ``"column"`` fits equal :class:`consensuskit.BCE` with the same settings and
+    ``random_state`` up to floating-point summation order, restarts included.
 
     Parameters
     ----------
@@ -228,17 +206,17 @@ def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", max_iter=100, tol
     n_workers : int, default 2
         ``P`` processes.  Row modes need ``N >= P``; column mode ``M >= P``.
     mode : {"row", "row-sequential", "column"}
-        Exact row-distributed EM, the paper's heuristic sequential row variant,
-        or column-distributed (client-server) EM.
-    max_iter, tol, inner_iter, smoothing
-        As in :class:`consensuskit.BCE`.
-    init : {"kmeans", "random"}
-        How beta starts (as the estimator's first restart with the same
-        ``random_state``); ignored when ``beta_init`` is given.
+        Exact row-distributed EM, the paper's heuristic sequential row variant
+        (``n_init=1`` only), or column-distributed (client-server) EM.
+    n_init, max_iter, tol, inner_iter, smoothing, init, random_state
+        As in :class:`consensuskit.BCE`: ``n_init`` restarts, each from its own
+        initial beta drawn from ``random_state`` in the estimator's order; the best
+        bound (non-degenerate first) is kept.  ``init`` is ignored when ``beta_init``
+        is given.
     alpha_init : array-like (K,), optional
         Default ``ones(K)``, as the estimator.
     beta_init : array-like (K, sum_j k_j) or list of (K, k_j), optional
-    random_state : int, RandomState or None
+        The start of a single run (``n_init=1``).
     dtype : {"float64", "float32"}
     timeout : float, default 60
         Seconds a collective may wait for a peer (gloo's timeout) and the grace
@@ -254,7 +232,10 @@ def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", max_iter=100, tol
 
     Returns
     -------
-    DistributedFit
+    BCE
+        Fitted (``alpha_``, ``beta_``, ``gamma_``, ``labels_``, ``lower_bounds_``, ...),
+        so it predicts, scores, saves and loads as any BCE; ``distributed_`` (a
+        :class:`CommRecord`) tells how the fit ran and what travelled.
 
     Raises
     ------
@@ -263,13 +244,18 @@ def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", max_iter=100, tol
     """
     from sklearn.utils import check_random_state
 
-    from ..inference import bce_cavi as cavi
+    from ..estimators.bce import BCE
 
     ens = as_ensemble(X)
     K = check_n_clusters(n_clusters, ens.n_samples)
     P = check_positive_int(n_workers, "n_workers")
+    n_init = check_positive_int(n_init, "n_init")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+    if mode == "row-sequential" and n_init > 1:
+        raise ValueError("the row-sequential heuristic runs one start; use n_init=1")
+    if beta_init is not None and n_init > 1:
+        raise ValueError("beta_init gives one start; use n_init=1 with it")
     cfg = EMConfig(n_clusters=K, max_iter=check_positive_int(max_iter, "max_iter"),
                    tol=check_positive_float(tol, "tol", allow_zero=True),
                    inner_iter=check_positive_int(inner_iter, "inner_iter"),
@@ -286,12 +272,13 @@ def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", max_iter=100, tol
     if mode != "column" and N < P:
         raise ValueError(f"row modes need at least one row per worker; got N={N} rows for "
                          f"n_workers={P}")
+    est = BCE(K, max_iter=cfg.max_iter, tol=cfg.tol, n_init=n_init, inner_iter=cfg.inner_iter,
+              init=init, smoothing=cfg.smoothing, random_state=random_state, dtype=dtype)
     if beta_init is None:
         rs = check_random_state(random_state)
-        beta0 = (cavi.init_beta_kmeans(ens, K, rs) if init == "kmeans"
-                 else cavi.init_beta_random(ens, K, rs))
+        beta0s = [est._init_beta(ens, K, rs) for _ in range(n_init)]
     else:
-        beta0 = _validate_beta_init(beta_init, ens, K)
+        beta0s = [_validate_beta_init(beta_init, ens, K)]
     alpha0 = np.ones(K) if alpha_init is None else np.asarray(alpha_init, dtype=np.float64)
     if alpha0.shape != (K,) or not np.all(np.isfinite(alpha0)) or (alpha0 <= 0).any():
         raise ValueError(f"alpha_init must be {K} finite positive numbers; got {alpha_init!r}")
@@ -305,13 +292,14 @@ def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", max_iter=100, tol
         parts = np.array_split(np.arange(M), P)
         for cols in parts:
             jobs.append(dict(mode=mode, ensemble=column_ensemble(ens, cols), cfg=cfg,
-                             alpha0=alpha0, beta0=beta_columns(beta0, offsets, cols),
+                             alpha0=alpha0,
+                             beta0s=[beta_columns(b, offsets, cols) for b in beta0s],
                              dtype=tdtype, index=cols, hook=fault))
     else:
         parts = np.array_split(np.arange(N), P)
         for rows in parts:
             jobs.append(dict(mode=mode, ensemble=ens.subset(rows), cfg=cfg, alpha0=alpha0,
-                             beta0=beta0, dtype=tdtype, index=rows, hook=fault))
+                             beta0s=beta0s, dtype=tdtype, index=rows, hook=fault))
     if P == 1:
         import torch
 
@@ -323,10 +311,16 @@ def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", max_iter=100, tol
             torch.set_num_threads(torch_threads)
     else:
         outs = _spawn(jobs, timeout, n_threads, start_method)
-    return _assemble(outs, mode, ens, K, parts)
+    return _assemble(est, outs, mode, ens, K, parts, tdtype)
 
 
-def _assemble(outs, mode, ens: Ensemble, K: int, parts) -> DistributedFit:
+def _assemble(est, outs, mode, ens: Ensemble, K: int, parts, dtype):
+    """The workers' results as the fitted ``est`` (a BCE) with its ``distributed_`` record."""
+    import torch
+
+    from ..inference.bce_cavi import CAVIState
+    from ..inference.driver import Fit, Run
+
     N, M = ens.shape
     gamma = np.empty((N, K))
     beta = [None] * M
@@ -339,14 +333,18 @@ def _assemble(outs, mode, ens: Ensemble, K: int, parts) -> DistributedFit:
     head = outs[-1] if mode == "row-sequential" else outs[0]
     if mode != "column":
         beta = [head.beta[j] for j in range(M)]
-    bounds = list(head.lower_bounds)
-    return DistributedFit(
-        alpha=head.alpha, beta=beta, gamma=gamma,
-        membership=gamma / gamma.sum(1, keepdims=True), labels=gamma.argmax(1),
-        lower_bounds=bounds, lower_bound=bounds[-1] if bounds else float("nan"),
-        n_iter=head.n_iter, converged=head.converged, degenerate=head.degenerate,
-        mode=mode, n_workers=len(outs), messages=[o.messages for o in outs],
-        seconds=[o.seconds for o in outs], assignment=list(parts))
+    as_t = lambda a: torch.as_tensor(np.asarray(a), dtype=dtype)  # noqa: E731
+    state = CAVIState(as_t(head.alpha), as_t(np.concatenate(beta, axis=1)), as_t(gamma.T))
+    best = Run(state, list(head.lower_bounds), head.n_iter, head.converged, head.degenerate)
+    others = [Run(None, [obj], 0, degenerate=deg) for obj, deg in head.runs]
+    fit = Fit(runs=others, best=best)
+    est.ensemble_ = ens
+    est.n_features_in_ = M
+    est._set_fitted(ens, fit, torch.device("cpu"), dtype)
+    est.distributed_ = CommRecord(mode=mode, n_workers=len(outs),
+                                  messages=[o.messages for o in outs],
+                                  seconds=[o.seconds for o in outs], assignment=list(parts))
+    return est
 
 
 # ----------------------------------------------------------------------------- torchrun CLI
@@ -427,7 +425,7 @@ def _cli_worker(args) -> int:
         comm.broadcast(beta0, 0, "setup/beta0")
         beta0 = beta0.numpy()
         index = rows
-    res = run_rank(comm, args.mode, ens, cfg, np.ones(K), beta0, dtype, index)
+    res = run_rank(comm, args.mode, ens, cfg, np.ones(K), [beta0], dtype, index)
     _cli_output(comm, args, res, K)
     dist.destroy_process_group()
     return 0
@@ -524,19 +522,21 @@ def main(argv=None) -> int:
     if "{rank}" in args.labels:
         raise SystemExit("'{rank}' file names need torchrun (one process per file)")
     X = pd.read_csv(args.labels).to_numpy(dtype=np.float64)
-    fit = fit_distributed(X, args.n_clusters, n_workers=args.workers or 2, mode=args.mode,
+    bce = fit_distributed(X, args.n_clusters, n_workers=args.workers or 2, mode=args.mode,
                           max_iter=args.max_iter, tol=args.tol, inner_iter=args.inner_iter,
                           smoothing=args.smoothing, init=args.init,
                           random_state=args.random_state, dtype=args.dtype,
                           timeout=args.timeout, n_threads=args.threads,
                           verbose=not args.quiet)
-    df = pd.DataFrame(fit.membership, columns=[f"p{h}" for h in range(args.n_clusters)])
-    df.insert(0, "label", fit.labels)
+    df = pd.DataFrame(bce.membership_, columns=[f"p{h}" for h in range(args.n_clusters)])
+    df.insert(0, "label", bce.labels_)
     df.to_csv(args.output, index=False)
     if args.summary:
+        rec = bce.distributed_
         with open(args.summary, "w") as fh:
-            json.dump({"mode": fit.mode, "n_workers": fit.n_workers, "alpha": fit.alpha.tolist(),
-                       "lower_bounds": fit.lower_bounds, "n_iter": fit.n_iter,
-                       "converged": fit.converged, "degenerate": fit.degenerate,
-                       "bytes_sent_fit": fit.bytes_sent()}, fh, indent=1)
+            json.dump({"mode": rec.mode, "n_workers": rec.n_workers,
+                       "alpha": bce.alpha_.tolist(), "lower_bounds": bce.lower_bounds_,
+                       "n_iter": bce.n_iter_, "converged": bce.converged_,
+                       "degenerate": bce.degenerate_, "bytes_sent_fit": rec.bytes_sent()},
+                      fh, indent=1)
     return 0

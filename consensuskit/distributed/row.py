@@ -4,7 +4,8 @@ The ``N`` rows are split over ``P`` ranks; each rank holds its rows' labels and
 their variational parameters ``gamma_i`` (and never sends either).
 
 Exact variant (:func:`fit_rows_exact`)
-    Every rank runs the E-step (eqs. 5-6) on its rows with the shared
+    BCE's own engine under the one fit driver, with a ``reduce`` hook.  Every rank
+    runs the E-step (eqs. 5-6) on its rows with the shared
     ``(alpha, beta)``.  The M-step needs only sums over rows, so each rank
     contributes
 
@@ -38,14 +39,17 @@ import time
 
 import torch
 
+from ..ensemble import LabelData
 from ..inference import bce_cavi as cavi
+from ..inference.driver import Fit, Run
+from ..inference.driver import fit as drive
 from .comm import Comm
 from .common import EMConfig, progress, relative_change_small
 
 __all__ = ["fit_rows_exact", "fit_rows_sequential", "row_setup"]
 
 
-def row_setup(comm: Comm, data: cavi.BCEData, cfg: EMConfig):
+def row_setup(comm: Comm, data: LabelData, cfg: EMConfig):
     """Agree on the total number of rows ``N`` and on ``alpha_cap``.
 
     Messages: ``setup/n_rows`` (1,) sum and ``setup/max_labels_per_row`` (1,) max.
@@ -64,80 +68,81 @@ def _local_bound(alpha, beta, gamma, phi_sum, stats, plogp):
     return cavi.lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=0.0)
 
 
-def fit_rows_exact(comm: Comm, data: cavi.BCEData, cfg: EMConfig, alpha0, beta0, hook=None):
-    """Exact row-distributed variational EM; every rank returns the same alpha, beta.
+def drive_ranks(comm: Comm, engine, cfg: EMConfig, n_runs: int, hook, desc: str, t0):
+    """Run ``engine`` on this rank under the one fit driver: ``n_runs`` restarts, a
+    progress bar on rank 0, ``hook(rank, iteration)`` after every iteration.  Every rank
+    sees the same objectives, so all take the same stopping and restart decisions.
+
+    Returns ``(Fit, seconds)``; ``t0`` = ``(perf_counter, process_time)`` at the start.
+    """
+    bar = progress(cfg, comm.rank, f"{desc} (P={comm.world_size})")
+
+    def callback(snapshot):
+        if bar is not None:
+            bar.update(1)
+        if hook is not None:
+            hook(comm.rank, snapshot["iteration"])
+
+    try:
+        fit = drive(engine, max_iter=cfg.max_iter, n_runs=n_runs, tol=cfg.tol,
+                    callback=callback if (hook is not None or bar is not None) else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    return fit, {"total": time.perf_counter() - t0[0], "comm": comm.comm_seconds,
+                 "cpu": time.process_time() - t0[1]}
+
+
+def fit_rows_exact(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, hook=None):
+    """Exact row-distributed variational EM: BCE's engine with an all-reduce, under the driver.
+
+    Every rank runs :class:`~consensuskit.inference.bce_cavi.CAVI` on its rows with
+    ``reduce`` = an all-reduce of the sufficient statistics (and of the bound), so
+    every rank takes the identical M-step and the identical stopping and restart
+    decisions.
 
     Parameters
     ----------
     comm : Comm
-    data : BCEData
+    data : LabelData
         This rank's rows, coded with the *global* label offsets.
     cfg : EMConfig
-    alpha0 : Tensor (K,);  beta0 : Tensor (K, L)
+    alpha0 : Tensor (K,)
         Identical on every rank.
+    beta0s : list of Tensor (K, L)
+        Initial beta of each restart, identical on every rank.
     hook : callable(rank, iteration) or None
         Called after every iteration (tests use it to kill a rank).
 
     Returns
     -------
-    dict with ``alpha`` (K,), ``beta`` (K, L), ``gamma`` (K, n_local), ``bounds``,
-    ``n_iter``, ``converged``, ``degenerate``, ``seconds``.
+    (Fit, seconds)
+        The driver's :class:`~consensuskit.inference.driver.Fit` (its best run's
+        ``params`` hold alpha, beta and this rank's gamma) and the rank's wall / CPU
+        seconds.
 
     Messages per iteration: ``row/suffstats`` all-reduce of ``K * (L + 1)``
     floats and ``row/bound`` all-reduce of one float.
     """
-    t_start, c_start = time.perf_counter(), time.process_time()
-    K = cfg.n_clusters
+    t0 = time.perf_counter(), time.process_time()
     dtype = data.n_observed_rows.dtype
     comm.set_phase("setup")
     N, alpha_cap = row_setup(comm, data, cfg)
     comm.set_phase("fit")
-    alpha = torch.as_tensor(alpha0, dtype=dtype).clone()
-    beta = torch.as_tensor(beta0, dtype=dtype).clone()
-    L = beta.shape[1]
-    if L != data.n_total_labels:
-        raise ValueError(f"beta0 has {L} label columns; the data have {data.n_total_labels}")
-    gamma = cavi.initial_gamma(alpha, data, dtype)
-    bounds: list[float] = []
-    converged = degenerate = False
-    bar = progress(cfg, comm.rank, f"BCE row-distributed (P={comm.world_size})")
-    it = 0
-    for it in range(1, cfg.max_iter + 1):
-        gamma, phi_sum, stats_p, plogp_p, _ = cavi.e_step(
-            alpha, beta, data, gamma, cfg.inner_iter, chunk_size=cfg.chunk_size)
-        suff_p = cavi.elog_dirichlet(gamma).sum(1)
-        buf = torch.cat([stats_p.reshape(-1), suff_p]).to(torch.float64)
-        comm.all_reduce(buf, "row/suffstats")
-        buf = buf.to(dtype)
-        stats = buf[: K * L].reshape(K, L)
-        suff = buf[K * L:]
-        beta = cavi.update_beta(stats, data.offsets, cfg.smoothing)
-        alpha, _ = cavi.update_alpha(alpha, suff, N, tol=cfg.newton_tol, ensure_ascent=True,
-                                     alpha_cap=alpha_cap)
-        lb_p = torch.tensor([_local_bound(alpha, beta, gamma, phi_sum, stats_p, plogp_p)],
-                            dtype=torch.float64)
-        comm.all_reduce(lb_p, "row/bound")
-        lb = float(lb_p) + cfg.smoothing * float(torch.log(beta).sum(dtype=torch.float64))
-        bounds.append(lb)
-        if bar is not None:
-            bar.update(1)
-        if hook is not None:
-            hook(comm.rank, it)
-        if float(alpha.sum()) > alpha_cap:
-            degenerate = True
-            break
-        if relative_change_small(bounds, cfg.tol):
-            converged = True
-            break
-    if bar is not None:
-        bar.close()
-    return {"alpha": alpha, "beta": beta, "gamma": gamma, "bounds": bounds, "n_iter": it,
-            "converged": converged, "degenerate": degenerate,
-            "seconds": {"total": time.perf_counter() - t_start, "comm": comm.comm_seconds,
-                        "cpu": time.process_time() - c_start}}
+    for b in beta0s:
+        if b.shape[1] != data.n_total_labels:
+            raise ValueError(f"beta0 has {b.shape[1]} label columns; the data have "
+                             f"{data.n_total_labels}")
+    starts = iter(beta0s)
+    engine = cavi.CAVI(data, cfg.n_clusters, lambda rng: next(starts),
+                       alpha0=torch.as_tensor(alpha0, dtype=dtype), inner_iter=cfg.inner_iter,
+                       smoothing=cfg.smoothing, alpha_cap=alpha_cap, newton_tol=cfg.newton_tol,
+                       chunk_size=cfg.chunk_size, n_rows=N,
+                       reduce=lambda t, name: comm.all_reduce(t, name))
+    return drive_ranks(comm, engine, cfg, len(beta0s), hook, "BCE row-distributed", t0)
 
 
-def fit_rows_sequential(comm: Comm, data: cavi.BCEData, cfg: EMConfig, alpha0, beta0,
+def fit_rows_sequential(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s,
                         hook=None):
     """The paper's heuristic row-distributed EM: parameters passed from rank to rank.
 
@@ -153,9 +158,12 @@ def fit_rows_sequential(comm: Comm, data: cavi.BCEData, cfg: EMConfig, alpha0, b
 
     Returns
     -------
-    dict as :func:`fit_rows_exact`; ``bounds`` (the summed local bounds) only on
-    rank ``P-1``, empty elsewhere.
+    (Fit, seconds) as :func:`fit_rows_exact` (one run: ``beta0s`` must hold one start);
+    the run's objectives (the summed local bounds) only on rank ``P-1``, empty elsewhere.
     """
+    if len(beta0s) != 1:
+        raise ValueError("the row-sequential heuristic runs one start (n_init=1)")
+    beta0 = beta0s[0]
     t_start, c_start = time.perf_counter(), time.process_time()
     K = cfg.n_clusters
     P, r = comm.world_size, comm.rank
@@ -231,7 +239,7 @@ def fit_rows_sequential(comm: Comm, data: cavi.BCEData, cfg: EMConfig, alpha0, b
     alpha, beta, n_iter, converged, degenerate = unpack(final)
     gamma, _, _, _, _ = cavi.e_step(alpha, beta, data, gamma, cfg.inner_iter, collect=False,
                                     chunk_size=cfg.chunk_size)
-    return {"alpha": alpha, "beta": beta, "gamma": gamma, "bounds": bounds,
-            "n_iter": int(n_iter), "converged": converged, "degenerate": degenerate,
-            "seconds": {"total": time.perf_counter() - t_start, "comm": comm.comm_seconds,
-                        "cpu": time.process_time() - c_start}}
+    run = Run(cavi.CAVIState(alpha, beta, gamma), bounds, int(n_iter), converged, degenerate)
+    return Fit(runs=[run], best=run), {"total": time.perf_counter() - t_start,
+                                       "comm": comm.comm_seconds,
+                                       "cpu": time.process_time() - c_start}

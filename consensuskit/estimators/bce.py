@@ -19,9 +19,11 @@ from ..base import (
     resolve_dtype,
     torch_generator,
 )
-from ..checkpoint import RunMonitor, check_checkpoint_params, read_checkpoint
+from ..checkpoint import check_checkpoint_params, checkpoint_writer, read_checkpoint
 from ..ensemble import Ensemble, as_ensemble
 from ..inference import bce_cavi as cavi
+from ..inference.driver import Fit, Run
+from ..inference.driver import fit as drive
 from .pyro import HubBackedMixin
 
 __all__ = ["BCE"]
@@ -80,11 +82,12 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
     verbose : bool, default False
         Show a progress bar over EM iterations / SVI steps.
     callback : callable or None
-        cavi: ``callback(state)`` after every EM iteration; ``state`` is a dict with
-        ``restart``, ``iteration``, ``lower_bound``, ``engine`` (alpha, beta, gamma,
-        bounds of the running restart), ``runs`` (finished restarts) and ``rs`` (the
-        random state).  Returning ``False`` stops the fit: the best restart so far
-        (the current one included) is kept and ``stopped_`` is True.
+        cavi: ``callback(state)`` after every EM iteration; ``state`` is the fit
+        driver's snapshot (:mod:`consensuskit.inference.driver`): ``restart``,
+        ``iteration``, ``lower_bound``, ``objectives`` (bounds of the running
+        restart), ``state`` (its alpha, beta, gamma), ``runs`` (finished restarts) and
+        ``rng`` (the random state).  Returning ``False`` stops the fit: the best
+        restart so far (the current one included) is kept and ``stopped_`` is True.
     checkpoint_path : str, path-like or None
         cavi: write the resumable state there every ``checkpoint_every`` iterations
         and when the callback stops the fit; continue with
@@ -184,54 +187,54 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
             raise ValueError("resume_from needs inference='cavi'")
         return read_checkpoint(resume_from, self, ens, extra_digest)
 
-    def _run_restarts(self, ensemble, K, rs, engine, resume=None, extra_digest=""):
-        """``n_init`` restarts of ``engine(beta0, callback, resume)``, checkpointed.
-
-        Returns the list of engine results and whether the callback stopped the fit.
-        """
-        runs, start, engine_state = [], 0, None
-        if resume is not None:
-            start, runs, engine_state = resume["restart"], list(resume["runs"]), resume["engine"]
-            rs.set_state(resume["rs"])
-        current = [start]
-
-        def snapshot(st):  # the engine does not draw from rs, so rs is as after the init
-            return {"restart": current[0], "iteration": st["iteration"],
-                    "lower_bound": st["lower_bound"], "rs": rs.get_state(),
-                    "runs": list(runs), "engine": st}
-
-        monitor = RunMonitor(self, ensemble, snapshot, extra_digest)
-        name = type(self).__name__
-        for r in range(start, self.n_init):
-            current[0] = r
-            if engine_state is None:
-                beta0 = self._init_beta(ensemble, K, rs)
-            else:
-                beta0 = engine_state["beta"]
-            bar = None
-            if self.verbose:
-                from tqdm.auto import tqdm
-
-                bar = tqdm(total=self.max_iter, desc=f"{name} restart {r + 1}/{self.n_init}")
-
-            def callback(st, bar=bar):
-                if bar is not None:
-                    bar.update(1)
-                return monitor(st)
-
-            res = engine(beta0, callback, engine_state)
-            engine_state = None
-            if bar is not None:
-                bar.close()
-            runs.append(res)
-            if res["stopped"]:
-                break
-        return runs, monitor.stopped
-
     def _init_beta(self, ensemble, K, rs):
         if self.init == "kmeans":
             return cavi.init_beta_kmeans(ensemble, K, rs)
         return cavi.init_beta_random(ensemble, K, rs)
+
+    def _engine(self, ensemble, data, K, features=None, **kw):
+        """The CAVI engine of this estimator's settings (``kw``: distributed hooks)."""
+        return cavi.CAVI(data, K, lambda rng: self._init_beta(ensemble, K, rng),
+                         inner_iter=self.inner_iter, smoothing=self.smoothing,
+                         features=features, **kw)
+
+    def _drive(self, engine, ensemble, rs, resume=None, digest=""):
+        """``n_init`` restarts of ``engine`` under the fit driver (callback, checkpoints)."""
+        return drive(engine, max_iter=self.max_iter, n_runs=self.n_init, tol=self.tol, rng=rs,
+                     callback=self.callback,
+                     checkpoint=checkpoint_writer(self, ensemble, digest),
+                     checkpoint_every=self.checkpoint_every, resume=resume,
+                     progress=bool(self.verbose), desc=type(self).__name__,
+                     run_name="restart")
+
+    def _set_fitted(self, ensemble, fit, device=None, dtype=None):
+        """Fitted attributes from the driver's :class:`~consensuskit.inference.driver.Fit`."""
+        run = fit.best
+        state = run.params
+        self.stopped_ = bool(fit.stopped)
+        self.n_degenerate_ = int(fit.n_degenerate)
+        self.degenerate_ = bool(fit.all_degenerate)
+        if self.degenerate_:
+            warnings.warn(
+                f"every {type(self).__name__} restart ran into the degenerate optimum "
+                "(sum(alpha) grew past 10 times the most (weighted) labels of a row); "
+                "returning the best bound. Try another random_state, more n_init or fewer "
+                "n_clusters.", RuntimeWarning, stacklevel=4)
+        self._alpha_t = state.alpha.detach()
+        self._beta_t = state.beta.detach()
+        if device is not None:
+            self._device, self._dtype = device, dtype
+        self.alpha_ = self._alpha_t.cpu().numpy().astype(np.float64)
+        self.beta_ = [b.cpu().numpy().astype(np.float64)
+                      for b in cavi.unpack_beta(self._beta_t, ensemble.offsets)]
+        self.gamma_ = state.gamma.T.cpu().numpy().astype(np.float64)
+        self.membership_ = self.gamma_ / self.gamma_.sum(1, keepdims=True)
+        self.labels_ = self.gamma_.argmax(1)
+        self.lower_bounds_ = [float(v) for v in run.objectives]
+        self.lower_bound_ = self.lower_bounds_[-1]
+        self.n_iter_ = int(run.n_iter)
+        self.converged_ = bool(run.converged)
+        return state
 
     def _fit(self, ensemble: Ensemble, resume=None):
         K, dev, dtype = self._validate(ensemble)
@@ -240,53 +243,20 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         if self.inference == "nuts":
             return self._fit_nuts(ensemble)
         rs = check_random_state(self.random_state)
-        data = cavi.prepare_data(ensemble, device=dev, dtype=dtype)
-        if self.inference == "svi":
-            from ..inference.bce_svi import fit_svi
+        data = ensemble.label_data(dev, dtype)
+        if self.inference == "cavi":
+            fit = self._drive(self._engine(ensemble, data, K), ensemble, rs, resume)
+            self._set_fitted(ensemble, fit)
+            return self
+        from ..inference.bce_svi import fit_svi
 
-            res = fit_svi(ensemble, data, K, beta0=self._init_beta(ensemble, K, rs),
-                          n_epochs=self.max_iter, batch_size=self.batch_size,
-                          learning_rate=self.learning_rate, smoothing=self.smoothing,
-                          random_state=rs, verbose=self.verbose)
-            degenerate_all = False
-            self.n_degenerate_ = 0
-            self.stopped_ = False
-        else:
-            def engine(beta0, callback, state):
-                return cavi.variational_em(
-                    data, K, beta0, max_iter=self.max_iter, tol=self.tol,
-                    inner_iter=self.inner_iter, smoothing=self.smoothing, callback=callback,
-                    resume=state)
-
-            runs, self.stopped_ = self._run_restarts(ensemble, K, rs, engine, resume)
-            best = None
-            for res in runs:
-                key = (not res["degenerate"], res["bounds"][-1])
-                if best is None or key > best[0]:
-                    best = (key, res)
-            res = best[1]
-            degenerate_all = all(r["degenerate"] for r in runs)
-            if degenerate_all:
-                warnings.warn(
-                    "every BCE restart ran into the degenerate optimum (sum(alpha) grew past "
-                    f"{10 * int(ensemble.mask.sum(1).max())}, 10x the most labels of a row); "
-                    "returning the best bound. Try init='kmeans', more n_init or fewer "
-                    "n_clusters.", RuntimeWarning, stacklevel=3)
-            self.n_degenerate_ = sum(r["degenerate"] for r in runs)
-        gamma = res["gamma"]
-        self._alpha_t = res["alpha"].detach()
-        self._beta_t = res["beta"].detach()
-        self.alpha_ = self._alpha_t.cpu().numpy().astype(np.float64)
-        self.beta_ = [b.cpu().numpy().astype(np.float64)
-                      for b in cavi.unpack_beta(self._beta_t, ensemble.offsets)]
-        self.gamma_ = gamma.T.cpu().numpy().astype(np.float64)
-        self.membership_ = self.gamma_ / self.gamma_.sum(1, keepdims=True)
-        self.labels_ = self.gamma_.argmax(1)
-        self.lower_bounds_ = [float(v) for v in res["bounds"]]
-        self.lower_bound_ = self.lower_bounds_[-1]
-        self.n_iter_ = int(res["n_iter"])
-        self.converged_ = bool(res["converged"])
-        self.degenerate_ = bool(degenerate_all)
+        res = fit_svi(ensemble, data, K, beta0=self._init_beta(ensemble, K, rs),
+                      n_epochs=self.max_iter, batch_size=self.batch_size,
+                      learning_rate=self.learning_rate, smoothing=self.smoothing,
+                      random_state=rs, verbose=self.verbose)
+        run = Run(cavi.CAVIState(res["alpha"], res["beta"], res["gamma"]), res["bounds"],
+                  res["n_iter"])
+        self._set_fitted(ensemble, Fit(runs=[run], best=run))
         return self
 
     def _fit_nuts(self, ensemble):
@@ -311,7 +281,7 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
     # ------------------------------------------------------------------ fold-in
     def _fold_in(self, ensemble: Ensemble):
         check_is_fitted(self, "alpha_")
-        data = cavi.prepare_data(ensemble, device=self._device, dtype=self._dtype)
+        data = ensemble.label_data(self._device, self._dtype)
         return cavi.fold_in(self._alpha_t, self._beta_t, data), data
 
     def predict_proba(self, X, unknown="error"):

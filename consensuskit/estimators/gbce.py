@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import warnings
 
@@ -9,17 +10,10 @@ import numpy as np
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from ..base import (
-    check_n_clusters,
-    check_positive_float,
-    check_positive_int,
-    resolve_device,
-    resolve_dtype,
-)
-from ..checkpoint import check_checkpoint_params
+from ..base import check_positive_float
 from ..ensemble import Ensemble, as_ensemble
 from ..inference import bce_cavi
-from ..inference import gbce_cavi as cavi
+from ..inference import gbce_cavi as gcavi
 from .bce import BCE
 
 __all__ = ["GBCE"]
@@ -70,6 +64,14 @@ def _check_features(features, n_rows, n_cols=None, *, fitting):
     return F
 
 
+def _extend_signature(base_init, init):
+    """``base_init``'s signature with ``init``'s own keyword parameters added (no ``**``)."""
+    base = list(inspect.signature(base_init).parameters.values())
+    own = [p for p in inspect.signature(init).parameters.values()
+           if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    return inspect.Signature(base[:2] + own + base[2:])
+
+
 def _features_digest(F) -> str:
     """Digest of the feature matrix (NaN included), so a checkpoint refuses other features."""
     if F is None:
@@ -97,8 +99,9 @@ class GBCE(BCE):
     ``feature_weight=1`` and ``label_weight=D``, so that each base clustering
     counts as much as the whole feature vector (``label_weight="n_features"``).
     ``feature_weight=0`` (or ``features=None``) gives BCE exactly.  Fitted by
-    variational EM (paper eqs. 12-17; :mod:`consensuskit.inference.gbce_cavi`),
-    with BCE's initialisation, restarts and Newton step for ``alpha``.  Pyro
+    BCE's variational EM (paper eqs. 12-17) with the features as an extra term of its
+    E-step and bound (:mod:`consensuskit.inference.gbce_cavi`), and BCE's
+    initialisation, restarts and Newton step for ``alpha``.  Pyro
     model and guide: :mod:`consensuskit.models.gbce`.
 
     Parameters
@@ -118,10 +121,12 @@ class GBCE(BCE):
         0 gives eqs. 16-17 exactly.  A MAP prior, so the bound stays monotone.
     inference : {"cavi"}
         Variational EM (no SVI engine for GBCE).
-    max_iter, tol, n_init, inner_iter, init, smoothing, n_perplexity_samples, random_state,
-    device, dtype, verbose, callback, checkpoint_path, checkpoint_every
-        As in :class:`~consensuskit.estimators.bce.BCE` (the callback's ``engine``
-        state also holds ``mu`` and ``sigma2``).
+    **bce_params
+        Every other parameter of :class:`~consensuskit.estimators.bce.BCE` (``max_iter``,
+        ``tol``, ``n_init``, ``inner_iter``, ``init``, ``smoothing``,
+        ``n_perplexity_samples``, ``random_state``, ``device``, ``dtype``, ``verbose``,
+        ``callback``, ``checkpoint_path``, ``checkpoint_every``), with the same meaning
+        (the callback's ``state`` also holds ``mu`` and ``sigma2``).
 
     Attributes
     ----------
@@ -151,51 +156,26 @@ class GBCE(BCE):
     """
 
     def __init__(self, n_clusters=2, *, label_weight=1.0, feature_weight=1.0,
-                 feature_likelihood="gaussian", feature_smoothing=1e-2, inference="cavi",
-                 max_iter=100, tol=1e-6, n_init=3, inner_iter=5, init="kmeans", smoothing=1e-6,
-                 n_perplexity_samples=200, random_state=None, device="cpu", dtype="float64",
-                 verbose=False, callback=None, checkpoint_path=None, checkpoint_every=10):
-        self.n_clusters = n_clusters
+                 feature_likelihood="gaussian", feature_smoothing=1e-2, **bce_params):
+        super().__init__(n_clusters, **bce_params)
         self.label_weight = label_weight
         self.feature_weight = feature_weight
         self.feature_likelihood = feature_likelihood
         self.feature_smoothing = feature_smoothing
-        self.inference = inference
-        self.max_iter = max_iter
-        self.tol = tol
-        self.n_init = n_init
-        self.inner_iter = inner_iter
-        self.init = init
-        self.smoothing = smoothing
-        self.n_perplexity_samples = n_perplexity_samples
-        self.random_state = random_state
-        self.device = device
-        self.dtype = dtype
-        self.verbose = verbose
-        self.callback = callback
-        self.checkpoint_path = checkpoint_path
-        self.checkpoint_every = checkpoint_every
+
+    # scikit-learn reads the parameters from the signature: BCE's plus the four above
+    __init__.__signature__ = _extend_signature(BCE.__init__, __init__)
 
     # ------------------------------------------------------------------ checks
     def _validate(self, ensemble):
-        K = check_n_clusters(self.n_clusters, ensemble.n_samples)
         if self.inference != "cavi":
             raise ValueError(f"inference must be 'cavi' for GBCE (no SVI engine); "
                              f"got {self.inference!r}")
         if self.feature_likelihood != "gaussian":
             raise ValueError(f"feature_likelihood must be 'gaussian'; "
                              f"got {self.feature_likelihood!r}")
-        if self.init not in ("kmeans", "random"):
-            raise ValueError(f"init must be 'kmeans' or 'random'; got {self.init!r}")
-        check_positive_int(self.max_iter, "max_iter")
-        check_positive_int(self.n_init, "n_init")
-        check_positive_int(self.inner_iter, "inner_iter")
-        check_positive_int(self.n_perplexity_samples, "n_perplexity_samples")
-        check_positive_float(self.tol, "tol", allow_zero=True)
-        check_positive_float(self.smoothing, "smoothing")
         check_positive_float(self.feature_smoothing, "feature_smoothing", allow_zero=True)
-        check_checkpoint_params(self)
-        return K, resolve_device(self.device), resolve_dtype(self.dtype)
+        return super()._validate(ensemble)
 
     def _weights(self, value, size, name):
         if isinstance(value, str):
@@ -280,52 +260,24 @@ class GBCE(BCE):
         self._device, self._dtype = dev, dtype
         u, w, center, spread = self._resolve_weights(ensemble, F)
         rs = check_random_state(self.random_state)
-        data = cavi.prepare_data(ensemble, F, u, w if F is not None else 0.0, device=dev,
-                                 dtype=dtype, center=center, spread=spread)
-        def engine(beta0, callback, state):
-            return cavi.variational_em(
-                data, K, beta0, max_iter=self.max_iter, tol=self.tol,
-                inner_iter=self.inner_iter, smoothing=self.smoothing,
-                feature_smoothing=self.feature_smoothing, callback=callback, resume=state)
-
-        runs, self.stopped_ = self._run_restarts(ensemble, K, rs, engine, resume, digest)
-        best = None
-        for res in runs:
-            key = (not res["degenerate"], res["bounds"][-1])
-            if best is None or key > best[0]:
-                best = (key, res)
-        res = best[1]
-        degenerate_all = all(r["degenerate"] for r in runs)
-        if degenerate_all:
-            warnings.warn(
-                "every GBCE restart ran into the degenerate optimum (sum(alpha) grew past "
-                "10 times the largest weighted row count); returning the best bound. Try "
-                "init='kmeans', more n_init or fewer n_clusters.", RuntimeWarning, stacklevel=3)
-        self.n_degenerate_ = sum(r["degenerate"] for r in runs)
-        self._alpha_t = res["alpha"].detach()
-        self._beta_t = res["beta"].detach()
-        self._mu_t = res["mu"].detach()
-        self._sigma2_t = res["sigma2"].detach()
+        term = gcavi.feature_term(ensemble, F, u, w if F is not None else 0.0,
+                                  smoothing=self.feature_smoothing, device=dev, dtype=dtype,
+                                  center=center, spread=spread)
+        data = ensemble.label_data(dev, dtype)
+        fit = self._drive(self._engine(ensemble, data, K, features=term), ensemble, rs, resume,
+                          digest)
+        state = self._set_fitted(ensemble, fit)
+        self._mu_t = state.mu.detach()
+        self._sigma2_t = state.sigma2.detach()
         self._center, self._spread = center, spread
-        self.alpha_ = self._alpha_t.cpu().numpy().astype(np.float64)
-        self.beta_ = [b.cpu().numpy().astype(np.float64)
-                      for b in bce_cavi.unpack_beta(self._beta_t, ensemble.offsets)]
         D = len(w)
         self.mu_ = np.full((K, D), np.nan)
         self.sigma2_ = np.full((K, D), np.nan)
-        self.mu_[:, data.feature_index] = self._mu_t.cpu().numpy()
-        self.sigma2_[:, data.feature_index] = self._sigma2_t.cpu().numpy()
+        self.mu_[:, term.feature_index] = self._mu_t.cpu().numpy()
+        self.sigma2_[:, term.feature_index] = self._sigma2_t.cpu().numpy()
         self.label_weight_ = u
         self.feature_weight_ = w
         self.n_original_features_ = D
-        self.gamma_ = res["gamma"].T.cpu().numpy().astype(np.float64)
-        self.membership_ = self.gamma_ / self.gamma_.sum(1, keepdims=True)
-        self.labels_ = self.gamma_.argmax(1)
-        self.lower_bounds_ = [float(v) for v in res["bounds"]]
-        self.lower_bound_ = self.lower_bounds_[-1]
-        self.n_iter_ = int(res["n_iter"])
-        self.converged_ = bool(res["converged"])
-        self.degenerate_ = bool(degenerate_all)
         return self
 
     # ------------------------------------------------------------------ fold-in
@@ -356,10 +308,13 @@ class GBCE(BCE):
             F = _check_features(features, ens.n_samples, D, fitting=False)
         elif D:
             F = np.full((ens.n_samples, D), np.nan)
-        data = cavi.prepare_data(ens, F, self.label_weight_, self.feature_weight_ if D else 0.0,
-                                 device=self._device, dtype=self._dtype,
-                                 center=self._center, spread=self._spread)
-        gamma = cavi.fold_in(self._alpha_t, self._beta_t, self._mu_t, self._sigma2_t, data)
+        term = gcavi.feature_term(ens, F, self.label_weight_,
+                                  self.feature_weight_ if D else 0.0, device=self._device,
+                                  dtype=self._dtype, center=self._center, spread=self._spread)
+        gamma = bce_cavi.fold_in(self._alpha_t, self._beta_t,
+                                 ens.label_data(self._device, self._dtype), chunk_size=8192,
+                                 weights=term.weights, row_weights=term.row_weights,
+                                 extra=term.e_term(self._mu_t, self._sigma2_t))
         g = gamma.T.cpu().numpy().astype(np.float64)
         return g / g.sum(1, keepdims=True)
 

@@ -168,9 +168,9 @@ class MM(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
             self._device, self._dtype = device, dtype
             return self._fit_pyro(ensemble)
         rs = check_random_state(self.random_state)
-        layout = mm_em.prepare(ensemble.codes, ensemble.n_labels, device=device, dtype=dtype)
+        layout = mm_em.prepare(ensemble.label_data(device, dtype))
         init = self._kmeans_init(ensemble, K, rs) if self.init == "kmeans" else "random"
-        res = mm_em.fit_em(
+        run = mm_em.fit_em(
             layout,
             K,
             n_init=self.n_init,
@@ -182,6 +182,7 @@ class MM(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
             generator=torch_generator(rs),
             verbose=bool(self.verbose),
         )
+        res = run.params
         self._log_pi = res.log_pi.detach()
         self._log_theta = res.log_theta.detach()
         self._device, self._dtype = device, dtype
@@ -192,10 +193,10 @@ class MM(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         self.membership_ = res.resp.T.cpu().double().numpy()
         self.labels_ = np.argmax(self.membership_, axis=1).astype(np.int64)
         self.lower_bound_ = float(res.objective)
-        self.lower_bounds_ = np.asarray(res.history, dtype=np.float64)
+        self.lower_bounds_ = np.asarray(run.objectives, dtype=np.float64)
         self.log_likelihood_ = float(res.loglik)
-        self.n_iter_ = int(res.n_iter)
-        self.converged_ = bool(res.converged)
+        self.n_iter_ = int(run.n_iter)
+        self.converged_ = bool(run.converged)
         return self
 
     def _fit_pyro(self, ensemble: Ensemble):
@@ -230,9 +231,7 @@ class MM(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
 
     # -- fold-in --------------------------------------------------------------
     def _posterior(self, ensemble: Ensemble):
-        layout = mm_em.prepare(
-            ensemble.codes, ensemble.n_labels, device=self._device, dtype=self._dtype
-        )
+        layout = mm_em.prepare(ensemble.label_data(self._device, self._dtype))
         return mm_em.e_step(layout, self._log_pi, self._log_theta)
 
     def predict_proba(self, X, unknown="error"):

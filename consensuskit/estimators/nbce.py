@@ -17,9 +17,9 @@ from ..base import (
     resolve_dtype,
     torch_generator,
 )
-from ..checkpoint import RunMonitor, check_checkpoint_params, read_checkpoint
+from ..checkpoint import check_checkpoint_params, checkpoint_writer, read_checkpoint
 from ..ensemble import Ensemble, as_ensemble
-from ..inference.nbce_cvb import cvb_nbce
+from ..inference.nbce_cvb import CVB
 from ..inference.nbce_gibbs import (
     co_clustering,
     draw_counts,
@@ -27,7 +27,7 @@ from ..inference.nbce_gibbs import (
     point_consensus,
     relabel_by_size,
 )
-from ..inference.nbce_vb import vb_nbce
+from ..inference.nbce_vb import VB
 
 __all__ = ["NBCE", "predictive_parameters"]
 
@@ -265,32 +265,31 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         return self
 
     def _fit_gibbs(self, ens, T, rs, resume=None):
-        last = {}
-
-        def snapshot(st):
-            last.update(chain=st["chain"], draws=st["draws"])
-            return st
-
-        monitor = RunMonitor(self, ens, snapshot)
         out = gibbs_nbce(
             self._idx_train, ens.n_labels, T, prior=self.prior, alpha0=self.alpha0,
             beta=self.beta, update_hyperparameters=bool(self.update_hyper),
             n_samples=self.n_samples, burn_in=self.burn_in, thin=self.thin,
             n_chains=self.n_chains, random_state=rs, verbose=self.verbose,
-            callback=monitor, resume=resume,
+            callback=self.callback, checkpoint=checkpoint_writer(self, ens),
+            checkpoint_every=self.checkpoint_every, resume=resume,
         )
         self.stopped_ = bool(out.pop("stopped"))
         if self.stopped_:
-            c, s = last["chain"], last["draws"]
+            ran = np.flatnonzero(~np.isnan(out["log_joint_trace"][:, 0]))
+            c = int(ran[-1])  # the chain the callback stopped
+            s = int(out["n_draws"][c])
             if c == 0 and s == 0:
                 raise ValueError(
                     "the callback stopped NBCE before its first retained draw; continue "
                     "with fit(X, resume_from=checkpoint_path)"
                 )
-            keep = (slice(0, c), slice(None)) if c > 0 else (slice(0, 1), slice(0, s))
+            # the finished chains, or the draws so far of the first chain
+            chains, draws = (slice(0, c), slice(None)) if c > 0 else (slice(0, 1), slice(0, s))
             for key, value in out.items():
-                if isinstance(value, np.ndarray) and value.ndim >= 2 and key != "n_labels":
-                    out[key] = value[keep]
+                if isinstance(value, np.ndarray) and key != "n_labels":
+                    out[key] = value[chains]
+                    if value.ndim >= 2 and key != "log_joint_trace":
+                        out[key] = out[key][:, draws]
         self.samples_ = out
         self.n_iter_ = int(self.burn_in + self.n_samples * self.thin)  # sweeps per chain
         C, S = out["log_joint"].shape
@@ -335,28 +334,31 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
     def _fit_variational(self, ens, T, rs):
         dtype = resolve_dtype(self.dtype)
         device = resolve_device(self.device)
-        gen = torch_generator(rs)
-        kw = dict(generator=gen, dtype=dtype, device=device, verbose=self.verbose,
-                  max_iter=self.max_iter, tol=self.tol)
+        engine_kw = dict(generator=torch_generator(rs), dtype=dtype, device=device)
+        drive_kw = dict(max_iter=self.max_iter, tol=self.tol, progress=bool(self.verbose),
+                        desc=f"NBCE {self.inference.upper()}")
         if self.inference == "vb":
-            out = vb_nbce(self._idx_train, ens.n_labels, T, alpha0=self.alpha0, beta=self.beta,
-                          update_hyperparameters=bool(self.update_hyper), **kw)
-            xi = out["xi"].double().cpu().numpy()
-            rho = out["rho"].double().cpu().numpy()
+            run = VB(self._idx_train, ens.n_labels, T, alpha0=self.alpha0, beta=self.beta,
+                     update_hyperparameters=bool(self.update_hyper),
+                     **engine_kw).run(**drive_kw).best
+            out = run.params
+            xi = out.xi.double().cpu().numpy()
+            rho = out.rho.double().cpu().numpy()
             col_of = np.repeat(np.arange(ens.n_partitions), ens.n_labels)
             rs_sum = np.zeros((T, ens.n_partitions))
             np.add.at(rs_sum.T, col_of, rho.T)
             self._log_pi = np.log(xi / xi.sum())
             self._log_theta = np.log(rho / rs_sum[:, col_of])
         else:
-            out = cvb_nbce(self._idx_train, ens.n_labels, T, prior=self.prior,
-                           alpha0=self.alpha0, beta=self.beta, **kw)
+            run = CVB(self._idx_train, ens.n_labels, T, prior=self.prior, alpha0=self.alpha0,
+                      beta=self.beta, **engine_kw).run(**drive_kw).best
+            out = run.params
             self._log_pi, self._log_theta = predictive_parameters(
-                out["Nk"].double().cpu().numpy(), out["Nkl"].double().cpu().numpy(),
-                out["Nkm"].double().cpu().numpy(), out["alpha0"], out["beta"],
+                out.Nk.double().cpu().numpy(), out.Nkl.double().cpu().numpy(),
+                out.Nkm.double().cpu().numpy(), out.alpha0, out.beta,
                 ens.n_labels, self.prior,
             )
-        gamma = out["gamma"].double().cpu().numpy()
+        gamma = out.gamma.double().cpu().numpy()
         hard = gamma.argmax(1)
         kept, first = np.unique(hard, return_index=True)
         lab = relabel_by_size(hard)
@@ -367,12 +369,12 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         self.n_clusters_ = int(kept.size)
         m = gamma[:, order]
         self.membership_ = m / m.sum(1, keepdims=True)
-        self.alpha0_ = float(out["alpha0"])
-        self.beta_ = float(out["beta"])
-        self.lower_bounds_ = np.asarray(out["lower_bounds"])
+        self.alpha0_ = float(out.alpha0)
+        self.beta_ = float(out.beta)
+        self.lower_bounds_ = np.asarray(run.objectives)
         self.lower_bound_ = float(self.lower_bounds_[-1])
-        self.n_iter_ = int(out["n_iter"])
-        self.converged_ = bool(out["converged"])
+        self.n_iter_ = int(run.n_iter)
+        self.converged_ = bool(run.converged)
         self._arviz_posterior = {}
 
     # ------------------------------------------------------------ posterior

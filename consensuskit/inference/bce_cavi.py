@@ -38,8 +38,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..ensemble import LabelData
+from .driver import Engine
+from .driver import fit as drive
+
 __all__ = [
-    "BCEData",
+    "CAVI",
+    "CAVIState",
     "prepare_data",
     "elog_dirichlet",
     "update_phi",
@@ -65,71 +70,9 @@ __all__ = [
 REALMIN = float(np.finfo(np.float64).tiny)
 
 
-@dataclass
-class BCEData:
-    """Labels laid out for the engine.
-
-    Attributes
-    ----------
-    idx : LongTensor, shape (M, N)
-        Global label index ``offsets[j] + x_ij``; ``L`` (the dummy column) where missing.
-    mask : Tensor or None, shape (M, N)
-        1.0 where observed, 0.0 where missing; None when nothing is missing.
-    n_observed_rows : Tensor, shape (N,)
-        ``V_i``, the number of observed labels of each row.
-    offsets : ndarray of int64, shape (M + 1,)
-    n_labels : ndarray of int64, shape (M,)
-    """
-
-    idx: torch.Tensor
-    mask: torch.Tensor | None
-    n_observed_rows: torch.Tensor
-    offsets: np.ndarray
-    n_labels: np.ndarray
-
-    @property
-    def n_rows(self) -> int:
-        return int(self.idx.shape[1])
-
-    @property
-    def n_partitions(self) -> int:
-        return int(self.idx.shape[0])
-
-    @property
-    def n_total_labels(self) -> int:
-        return int(self.offsets[-1])
-
-    def row_layout(self):
-        """Cached numpy ``(idx (N, M), mask (N, M) or None)`` row-major, for the CPU kernel."""
-        cache = self.__dict__.setdefault("_rows_cache", {})
-        if "v" not in cache:
-            idx = np.ascontiguousarray(self.idx.cpu().numpy().T, dtype=np.int32)
-            mask = None if self.mask is None else np.ascontiguousarray(
-                self.mask.cpu().numpy().T)
-            cache["v"] = (idx, mask)
-        return cache["v"]
-
-    def column(self, j: int, rows: slice = slice(None)):
-        """``(idx_j, mask_j)`` of base clustering ``j`` for a slice of rows."""
-        m = None if self.mask is None else self.mask[j, rows]
-        return self.idx[j, rows], m
-
-
-def prepare_data(ensemble, device="cpu", dtype=torch.float64) -> BCEData:
-    """Turn an :class:`~consensuskit.ensemble.Ensemble` into a :class:`BCEData` on ``device``."""
-    codes = ensemble.codes
-    offsets = ensemble.offsets
-    L = int(offsets[-1])
-    gidx = ensemble.offset_index()  # (N, M), -1 missing
-    gidx = np.where(gidx >= 0, gidx, L)
-    idx = torch.as_tensor(np.ascontiguousarray(gidx.T), device=device)
-    obs = codes >= 0
-    mask = None
-    if not obs.all():
-        mask = torch.as_tensor(np.ascontiguousarray(obs.T), device=device, dtype=dtype)
-    V = torch.as_tensor(obs.sum(axis=1), device=device, dtype=dtype)
-    return BCEData(idx=idx, mask=mask, n_observed_rows=V, offsets=offsets,
-                   n_labels=np.asarray(ensemble.n_labels))
+def prepare_data(ensemble, device="cpu", dtype=torch.float64) -> LabelData:
+    """The labels laid out for the engine: ``ensemble.label_data(device, dtype)`` (kept name)."""
+    return ensemble.label_data(device, dtype)
 
 
 def pack_beta(betas, dtype=None, device=None) -> torch.Tensor:
@@ -364,8 +307,9 @@ def phi_log_phi(phi) -> float:
     return _sum64(torch.special.xlogy(phi, phi))
 
 
-def e_step(alpha, beta, data: BCEData, gamma, n_iter: int, *, collect: bool = True,
-           tol: float = 0.0, chunk_size: int = 8192, backend: str = "auto"):
+def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = True,
+           tol: float = 0.0, chunk_size: int = 8192, backend: str = "auto", weights=None,
+           extra=None):
     """The estimator's E-step: ``n_iter`` passes of (phi, gamma) updates, warm-started.
 
     Rows are processed in chunks of ``chunk_size`` (the updates are independent
@@ -378,7 +322,7 @@ def e_step(alpha, beta, data: BCEData, gamma, n_iter: int, *, collect: bool = Tr
 
     Parameters
     ----------
-    alpha : Tensor (K,);  beta : Tensor (K, L);  data : BCEData
+    alpha : Tensor (K,);  beta : Tensor (K, L);  data : LabelData
     gamma : Tensor (K, N)
         Warm start; not modified.
     n_iter : int
@@ -388,13 +332,22 @@ def e_step(alpha, beta, data: BCEData, gamma, n_iter: int, *, collect: bool = Tr
     tol : float
         Stop a chunk early when ``sum|gamma_new - gamma| / sum gamma <= tol``
         (only with ``collect=False``, i.e. for fold-in).
+    weights : Tensor (M,) or None
+        Per-column weights ``u_j``: label ``j`` counts ``u_j`` times in gamma, the beta
+        statistics and the entropy (GBCE's repetitions); None: all 1.
+    extra : object or None
+        Extra terms of the model that share ``theta_i`` (GBCE's features), with
+        ``chunk_size(chunk_size, K) -> int``, ``phi_sum(E, rows, keep) -> Tensor (K, n)``
+        (their weighted assignment sum for a chunk of rows given ``E = E_q[log theta]``;
+        with ``keep`` they accumulate their own statistics) and, after a collecting
+        call, ``phi_log_phi`` (their share of ``sum phi ln phi``).
 
     Returns
     -------
     gamma : Tensor (K, N)
         After the last pass (``alpha + phi_sum``).
     phi_sum : Tensor (K, N)
-        ``sum_j phi_ij`` from the last pass.
+        ``sum_j u_j phi_ij`` (plus the extra terms') from the last pass.
     stats : Tensor (K, L) or None
     phi_log_phi : float or None
     n_passes : int
@@ -402,21 +355,29 @@ def e_step(alpha, beta, data: BCEData, gamma, n_iter: int, *, collect: bool = Tr
 
     ``backend``: ``"torch"`` (any device; the reference), ``"numba"`` (CPU only, a fused
     per-row kernel computing the same quantities, see
-    :mod:`consensuskit.inference._bce_numba`), or ``"auto"`` (numba on CPU when
-    ``tol == 0``, else torch).
+    :mod:`consensuskit.inference._bce_numba`; plain BCE only), or ``"auto"`` (numba on
+    CPU for plain BCE when ``tol == 0``, else torch).
     """
     if backend not in ("auto", "torch", "numba"):
         raise ValueError(f"backend must be 'auto', 'torch' or 'numba'; got {backend!r}")
+    unit = weights is None or bool((weights == 1).all())
+    plain = unit and extra is None
     if backend == "auto":
-        backend = "numba" if (gamma.device.type == "cpu" and tol == 0 and _have_numba()) \
-            else "torch"
+        backend = "numba" if (plain and gamma.device.type == "cpu" and tol == 0
+                              and _have_numba()) else "torch"
     if backend == "numba":
+        if not plain:
+            raise ValueError("backend='numba' runs plain BCE only (no weights, no extra terms)")
         return _e_step_numba(alpha, beta, data, gamma, n_iter, collect)
     if collect and tol > 0:
         raise ValueError("e_step: tol > 0 (early stopping) is only for collect=False")
     K, N = gamma.shape
     M = data.n_partitions
     L = data.n_total_labels
+    u = None if unit else [float(v) for v in weights.tolist()]
+    V_all = data.n_observed_rows if unit else data.weighted_rows(weights)
+    if extra is not None:
+        chunk_size = extra.chunk_size(chunk_size, K)
     beta_ext = _extend(beta)
     logb_ext = torch.log(beta_ext) if collect else None
     gamma_out = torch.empty_like(gamma)
@@ -441,14 +402,21 @@ def e_step(alpha, beta, data: BCEData, gamma, n_iter: int, *, collect: bool = Tr
             for j in range(M):
                 idx_j, mask_j = data.column(j, rows)
                 phi_j, d = _phi_from_weights(w, beta_ext, idx_j, mask_j)
+                if u is not None:
+                    phi_j = phi_j * u[j]
                 acc += phi_j
                 if keep:
                     stats.index_add_(1, idx_j, phi_j)
                     ld = torch.log(d)
+                    if u is not None:
+                        ld = ld * u[j]
                     logd += ld if mask_j is None else ld * mask_j
+            acc_x = None if extra is None else extra.phi_sum(E, rows, keep)
             g_new = a + acc
+            if acc_x is not None:
+                g_new = g_new + acc_x
             if keep:
-                V = data.n_observed_rows[rows].to(g.dtype)
+                V = V_all[rows].to(g.dtype)
                 plogp += _sum64(acc * E) - _sum64(m[0] * V) - _sum64(logd)
             done = last
             if tol > 0 and not last:
@@ -458,10 +426,12 @@ def e_step(alpha, beta, data: BCEData, gamma, n_iter: int, *, collect: bool = Tr
                 break
         max_passes = max(max_passes, t)
         gamma_out[:, rows] = g
-        phi_sum[:, rows] = acc
+        phi_sum[:, rows] = acc if acc_x is None else acc + acc_x
     if collect:
         stats_L = stats[:, :L]
         plogp += _sum64(stats_L * logb_ext[:, :L])
+        if extra is not None:
+            plogp += extra.phi_log_phi
         return gamma_out, phi_sum, stats_L, plogp, max_passes
     return gamma_out, phi_sum, None, None, max_passes
 
@@ -499,19 +469,26 @@ def _e_step_numba(alpha, beta, data, gamma, n_iter, collect):
     return gamma_out, phi_sum, st.to(beta.dtype), plogp, n_iter
 
 
-def initial_gamma(alpha, data: BCEData, dtype=None):
-    """``gamma_i = alpha + V_i / K`` (the authors' initialisation), shape (K, N)."""
+def initial_gamma(alpha, data: LabelData, dtype=None, row_weights=None):
+    """``gamma_i = alpha + V_i / K`` (the authors' initialisation), shape (K, N).
+
+    ``row_weights`` (N,) replaces ``V_i`` (GBCE: the weighted count of labels and features).
+    """
     K = alpha.shape[0]
-    V = data.n_observed_rows.to(dtype or alpha.dtype)
+    V = data.n_observed_rows if row_weights is None else row_weights
+    V = V.to(dtype or alpha.dtype)
     return alpha.to(V.dtype)[:, None] + V[None, :] / K
 
 
-def fold_in(alpha, beta, data: BCEData, *, max_iter: int = 500, tol: float = 1e-8,
-            chunk_size: int = 32768):
-    """Variational posterior ``gamma`` (K, N) of new rows for fixed alpha and beta."""
-    g0 = initial_gamma(alpha, data, beta.dtype)
+def fold_in(alpha, beta, data: LabelData, *, max_iter: int = 500, tol: float = 1e-8,
+            chunk_size: int = 32768, weights=None, extra=None, row_weights=None):
+    """Variational posterior ``gamma`` (K, N) of new rows for fixed alpha and beta.
+
+    ``weights``, ``extra`` and ``row_weights`` as in :func:`e_step` / :func:`initial_gamma`.
+    """
+    g0 = initial_gamma(alpha, data, beta.dtype, row_weights)
     gamma, _, _, _, _ = e_step(alpha, beta, data, g0, max_iter, collect=False, tol=tol,
-                               chunk_size=chunk_size)
+                               chunk_size=chunk_size, weights=weights, extra=extra)
     return gamma
 
 
@@ -556,69 +533,155 @@ def init_beta_random(ensemble, n_clusters: int, random_state):
     return np.concatenate(blocks, axis=1)
 
 
-def variational_em(data: BCEData, n_clusters: int, beta0, alpha0=None, *, max_iter: int = 100,
+@dataclass
+class CAVIState:
+    """State (and, at the end of a run, result) of BCE / GBCE variational EM.
+
+    Attributes
+    ----------
+    alpha : Tensor (K,);  beta : Tensor (K, L);  gamma : Tensor (K, N)
+    bound : float
+        The objective after the last iteration (nan at the start).
+    mu, sigma2 : Tensor (K, D) or None
+        GBCE's feature Gaussians (None for BCE).
+    """
+
+    alpha: torch.Tensor
+    beta: torch.Tensor
+    gamma: torch.Tensor
+    bound: float = math.nan
+    mu: torch.Tensor | None = None
+    sigma2: torch.Tensor | None = None
+
+
+def _identity_reduce(x, name):
+    return x
+
+
+class CAVI(Engine):
+    """BCE's variational EM (eqs. 5-8) as an engine of :func:`consensuskit.inference.driver.fit`.
+
+    One step: :func:`e_step` (``inner_iter`` warm-started passes), then
+    :func:`update_beta` (eq. 7), the features' M-step if any, :func:`update_alpha`
+    (eq. 8, with ``ensure_ascent``), and the objective ``L + smoothing * sum ln beta``
+    (:func:`lower_bound`, plus the features' terms), which never decreases.  A run is
+    degenerate when ``sum(alpha)`` passes ``alpha_cap`` (the prior swamps the data and
+    every ``theta_i`` collapses onto the same mean); default ``10 * max_i V_i``.
+
+    Parameters
+    ----------
+    data : LabelData
+        The rows this process holds.
+    n_clusters : int
+    init_beta : callable(rng) -> array (K, L), or array (K, L)
+        Initial beta of each run.
+    alpha0 : array (K,) or None
+        Initial alpha (default ones).
+    features : object or None
+        GBCE's feature term (:class:`consensuskit.inference.gbce_cavi.FeatureTerm`):
+        label ``weights``, ``row_weights``, ``initial()``, ``e_term(mu, sigma2)``,
+        ``m_step(term, mu, sigma2)`` and ``bound(term, mu, sigma2)``.
+    reduce : callable(tensor, name) -> tensor, or None
+        Sums a tensor over the processes that hold the other rows (row-distributed EM:
+        an all-reduce); None: this process holds every row.
+    n_rows : int or None
+        ``N`` over all processes (default: this process's rows).
+    backend : passed to :func:`e_step`.
+    """
+
+    def __init__(self, data: LabelData, n_clusters: int, init_beta, *, alpha0=None,
+                 inner_iter: int = 5, smoothing: float = 1e-6, alpha_cap: float | None = None,
+                 newton_tol: float = 1e-10, chunk_size: int = 8192, backend: str = "auto",
+                 features=None, reduce=None, n_rows: int | None = None):
+        self.data = data
+        self.K = int(n_clusters)
+        self.init_beta = init_beta
+        self.alpha0 = alpha0
+        self.inner_iter = inner_iter
+        self.smoothing = smoothing
+        self.newton_tol = newton_tol
+        self.chunk_size = chunk_size
+        self.backend = backend
+        self.features = features
+        self.reduce = reduce
+        self.n_rows = data.n_rows if n_rows is None else int(n_rows)
+        self.dtype = data.n_observed_rows.dtype
+        self.device = data.idx.device
+        self.weights = None if features is None else features.weights
+        self.row_weights = None if features is None else features.row_weights
+        if alpha_cap is None:
+            V = data.n_observed_rows if self.row_weights is None else self.row_weights
+            alpha_cap = 10.0 * float(V.max())
+        self.alpha_cap = alpha_cap
+
+    def _tensor(self, x):
+        return torch.as_tensor(x, dtype=self.dtype, device=self.device)
+
+    def init(self, rng, run=0):
+        beta = self._tensor(self.init_beta(rng) if callable(self.init_beta) else self.init_beta)
+        alpha = (torch.ones(self.K, dtype=self.dtype, device=self.device)
+                 if self.alpha0 is None else self._tensor(self.alpha0))
+        gamma = initial_gamma(alpha, self.data, self.dtype, self.row_weights)
+        mu = sigma2 = None
+        if self.features is not None:
+            mu, sigma2 = self.features.initial(self.K)
+        return CAVIState(alpha, beta, gamma, math.nan, mu, sigma2)
+
+    def step(self, state, rng=None):
+        f = self.features
+        term = None if f is None else f.e_term(state.mu, state.sigma2)
+        gamma, phi_sum, stats, plogp, _ = e_step(
+            state.alpha, state.beta, self.data, state.gamma, self.inner_iter,
+            chunk_size=self.chunk_size, backend=self.backend, weights=self.weights, extra=term)
+        suff = elog_dirichlet(gamma).sum(1)
+        local_stats = stats
+        if self.reduce is not None:
+            K, L = stats.shape
+            buf = torch.cat([stats.reshape(-1), suff]).to(torch.float64)
+            buf = self.reduce(buf, "row/suffstats").to(self.dtype)
+            stats, suff = buf[:K * L].reshape(K, L), buf[K * L:]
+        beta = update_beta(stats, self.data.offsets, self.smoothing)
+        mu, sigma2 = state.mu, state.sigma2
+        if term is not None:
+            mu, sigma2 = f.m_step(term, mu, sigma2)
+        alpha, _ = update_alpha(state.alpha, suff, self.n_rows, tol=self.newton_tol,
+                                ensure_ascent=True, alpha_cap=self.alpha_cap)
+        if self.reduce is None:
+            lb = lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=self.smoothing)
+        else:
+            part = lower_bound(alpha, beta, gamma, phi_sum, local_stats, plogp, smoothing=0.0)
+            part = self.reduce(torch.tensor([part], dtype=torch.float64), "row/bound")
+            lb = float(part) + self.smoothing * float(torch.log(beta).sum(dtype=torch.float64))
+        if term is not None:
+            lb += f.bound(term, mu, sigma2)
+        return CAVIState(alpha, beta, gamma, lb, mu, sigma2)
+
+    def objective(self, state) -> float:
+        return state.bound
+
+    def degenerate(self, state) -> bool:
+        return float(state.alpha.sum()) > self.alpha_cap
+
+    def info(self, state) -> dict:
+        return {"lower_bound": state.bound}
+
+
+def variational_em(data: LabelData, n_clusters: int, beta0, alpha0=None, *, max_iter: int = 100,
                    tol: float = 1e-6, inner_iter: int = 5, smoothing: float = 1e-6,
                    alpha_cap: float | None = None, newton_tol: float = 1e-10,
-                   chunk_size: int = 8192, backend: str = "auto", callback=None,
-                   resume=None):
-    """One run of the estimator's variational EM from ``beta0`` (K, L).
+                   chunk_size: int = 8192, backend: str = "auto", features=None):
+    """One run of variational EM from ``beta0`` (K, L): :class:`CAVI` under the driver.
 
-    Each iteration: :func:`e_step` (``inner_iter`` warm-started passes), then
-    :func:`update_beta` and :func:`update_alpha` (with ``ensure_ascent``), then the
-    objective ``L + smoothing * sum ln beta`` (:func:`lower_bound`), which never
-    decreases.  Stops when its relative change is ``<= tol``, after ``max_iter``
-    iterations, or when ``sum(alpha)`` passes ``alpha_cap`` (degenerate optimum:
-    the prior swamps the data, every ``theta_i`` collapses onto the same mean);
-    default ``alpha_cap = 10 * max_i V_i``.  ``backend`` is passed to :func:`e_step`.
-
-    ``callback(state)``, if given, is called after every iteration with ``state`` a
-    dict of ``iteration``, ``lower_bound``, ``alpha``, ``beta``, ``gamma``, ``bounds``
-    and ``done`` (the run ends here anyway); returning ``False`` stops the run.
-    ``resume`` takes such a state and continues from it: every later iteration is
-    then identical to the uninterrupted run's.
+    Stops when the objective's relative change is ``<= tol``, after ``max_iter``
+    iterations, or at the degenerate optimum.  ``features``: GBCE's feature term.
 
     Returns
     -------
-    dict with ``alpha`` (K,), ``beta`` (K, L), ``gamma`` (K, N), ``bounds`` (list),
-    ``n_iter``, ``converged``, ``degenerate``, ``stopped`` (by the callback).
+    Run
+        ``params`` a :class:`CAVIState`; ``objectives`` the bound after every iteration;
+        ``n_iter``, ``converged``, ``degenerate``.
     """
-    dev = data.idx.device
-    dtype = data.n_observed_rows.dtype
-    K = n_clusters
-    beta = torch.as_tensor(beta0, dtype=dtype, device=dev)
-    alpha = (torch.ones(K, dtype=dtype, device=dev) if alpha0 is None
-             else torch.as_tensor(alpha0, dtype=dtype, device=dev))
-    if alpha_cap is None:
-        alpha_cap = 10.0 * float(data.n_observed_rows.max())
-    gamma = initial_gamma(alpha, data, dtype)
-    N = data.n_rows
-    bounds = []
-    converged = degenerate = stopped = False
-    it = 0
-    if resume is not None:
-        alpha, beta, gamma = (torch.as_tensor(resume[k], dtype=dtype, device=dev)
-                              for k in ("alpha", "beta", "gamma"))
-        bounds, it = list(resume["bounds"]), int(resume["iteration"])
-        converged, degenerate = bool(resume["converged"]), bool(resume["degenerate"])
-    while it < max_iter and not (converged or degenerate):
-        it += 1
-        gamma, phi_sum, stats, plogp, _ = e_step(alpha, beta, data, gamma, inner_iter,
-                                                 chunk_size=chunk_size, backend=backend)
-        beta = update_beta(stats, data.offsets, smoothing)
-        suff = elog_dirichlet(gamma).sum(1)
-        alpha, _ = update_alpha(alpha, suff, N, tol=newton_tol, ensure_ascent=True,
-                                alpha_cap=alpha_cap)
-        lb = lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=smoothing)
-        bounds.append(lb)
-        degenerate = float(alpha.sum()) > alpha_cap
-        converged = (not degenerate and len(bounds) > 1
-                     and abs(bounds[-1] - bounds[-2]) <= tol * abs(bounds[-1]))
-        if callback is not None and callback(
-            {"iteration": it, "lower_bound": lb, "alpha": alpha, "beta": beta, "gamma": gamma,
-             "bounds": list(bounds), "converged": converged, "degenerate": degenerate,
-             "done": converged or degenerate or it == max_iter}
-        ) is False:
-            stopped = True
-            break
-    return {"alpha": alpha, "beta": beta, "gamma": gamma, "bounds": bounds, "n_iter": it,
-            "converged": converged, "degenerate": degenerate, "stopped": stopped}
+    engine = CAVI(data, n_clusters, beta0, alpha0=alpha0, inner_iter=inner_iter,
+                  smoothing=smoothing, alpha_cap=alpha_cap, newton_tol=newton_tol,
+                  chunk_size=chunk_size, backend=backend, features=features)
+    return drive(engine, max_iter=max_iter, tol=tol).best

@@ -42,8 +42,8 @@ def fit_svi(ensemble, data, n_clusters, beta0, *, n_epochs=100, batch_size=None,
     Parameters
     ----------
     ensemble : Ensemble
-    data : BCEData
-        From :func:`consensuskit.inference.bce_cavi.prepare_data` (gives device/dtype).
+    data : LabelData
+        ``ensemble.label_data(device, dtype)`` (gives device/dtype).
     n_clusters : int
     beta0 : array (K, L)
         Initial label distributions (e.g. :func:`bce_cavi.init_beta_kmeans`).

@@ -51,9 +51,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..ensemble import LabelData
+from .driver import Engine
+from .driver import fit as drive
+
 __all__ = [
     "MMLayout",
-    "EMResult",
+    "EM",
+    "EMState",
     "prepare",
     "log_likelihood_matrix",
     "e_step",
@@ -112,15 +117,18 @@ class MMLayout:
         return int(self.n_labels[j] + self.has_missing[j])
 
 
-def prepare(codes, n_labels, *, device="cpu", dtype=torch.float64, max_table="auto") -> MMLayout:
+def prepare(codes, n_labels=None, *, device="cpu", dtype=torch.float64,
+            max_table="auto") -> MMLayout:
     """Lay out a coded label matrix for the engine.
 
     Parameters
     ----------
-    codes : ndarray of int, shape (N, M)
-        Labels coded ``0..k_j-1`` per column, ``-1`` missing (``Ensemble.codes``).
+    codes : LabelData, or ndarray of int, shape (N, M)
+        The labels as every engine gets them (:meth:`Ensemble.label_data`; its device and
+        dtype are then used), or coded ``0..k_j-1`` per column, ``-1`` missing
+        (``Ensemble.codes``).
     n_labels : array-like of int, shape (M,)
-        ``k_j``; every code in column ``j`` must be below it.
+        ``k_j`` (with a codes array); every code in column ``j`` must be below it.
     device, dtype
         torch device and floating dtype of the parameters.
     max_table : int or "auto"
@@ -133,6 +141,11 @@ def prepare(codes, n_labels, *, device="cpu", dtype=torch.float64, max_table="au
     -------
     MMLayout
     """
+    if isinstance(codes, LabelData):
+        data = codes
+        n_labels, device, dtype = data.n_labels, data.idx.device, data.n_observed_rows.dtype
+        idx = data.idx.cpu().numpy()
+        codes = np.where(idx < data.n_total_labels, idx - data.offsets[:-1, None], -1).T
     codes = np.asarray(codes)
     if codes.ndim != 2:
         raise ValueError(f"codes must be 2-D (N, M); got shape {codes.shape}")
@@ -361,83 +374,89 @@ def init_params(layout: MMLayout, n_clusters: int, *, generator=None):
 
 
 @dataclass
-class EMResult:
-    """Outcome of one EM run (or the best of several).
+class EMState:
+    """State (and result) of MAP-EM: parameters and the responsibilities they give.
 
-    ``objective`` is the penalised log-likelihood ``F`` at the returned
-    parameters, ``loglik`` the plain log-likelihood there, ``history`` the
-    ``F`` of the parameters entering each iteration followed by the final one
-    (length ``n_iter + 1``), ``resp`` the (K, N) responsibilities at the
-    returned parameters.
+    ``resp`` (K, N) are the responsibilities at ``(log_pi, log_theta)``, ``loglik`` the
+    plain log-likelihood there and ``objective`` the penalised one ``F``.
     """
 
     log_pi: torch.Tensor
     log_theta: torch.Tensor
     resp: torch.Tensor
-    objective: float
     loglik: float
-    history: list
-    n_iter: int
-    converged: bool
+    objective: float
 
 
-def run_em(
-    layout: MMLayout,
-    log_pi,
-    log_theta,
-    *,
-    max_iter=200,
-    tol=1e-6,
-    label_prior=1.0,
-    weight_prior=1.0,
-    progress=None,
-) -> EMResult:
-    """Iterate E and M steps from the given parameters.
+class EM(Engine):
+    """MAP-EM (module docstring) as an engine of :func:`consensuskit.inference.driver.fit`.
 
-    Stops when ``|F_t - F_{t-1}| <= tol * |F_{t-1}|`` or after ``max_iter``
-    M-steps.  ``progress`` is an optional tqdm bar updated once per iteration.
+    A run starts from ``init`` (``"random"``: :func:`init_params`; a callable
+    ``init(run) -> resp`` (K, N): an M-step of those responsibilities; a tuple
+    ``(log_pi, log_theta)``: those parameters) followed by an E-step, and records ``F``
+    there; a step is an M-step then an E-step.  A run has converged when
+    ``|F_t - F_{t-1}| <= tol |F_{t-1}|``.
     """
-    prior = dict(label_prior=label_prior, weight_prior=weight_prior)
-    history = []
-    converged = False
-    n_iter = 0
-    K, N = log_theta.shape[0], layout.n_samples
-    work = (log_theta.new_empty(K, N), log_theta.new_empty(N))
-    resp, ll = e_step(layout, log_pi, log_theta, work=work)
-    F = ll + log_prior(log_pi, log_theta, layout.n_labels, **prior)
-    history.append(F)
-    for _ in range(max_iter):
-        log_pi, log_theta = m_step(layout, resp, **prior)
-        del resp
-        resp, ll = e_step(layout, log_pi, log_theta, work=work)
-        F_new = ll + log_prior(log_pi, log_theta, layout.n_labels, **prior)
-        history.append(F_new)
-        n_iter += 1
-        if progress is not None:
-            progress.update(1)
-            progress.set_postfix(objective=f"{F_new:.6g}", refresh=False)
-        done = abs(F_new - F) <= tol * abs(F)
-        F = F_new
-        if done:
-            converged = True
-            break
-    return EMResult(log_pi, log_theta, resp, F, ll, history, n_iter, converged)
+
+    initial_objective = True
+
+    def __init__(self, layout: MMLayout, n_clusters: int, *, label_prior=1.0,
+                 weight_prior=1.0, init="random", generator=None):
+        if not (callable(init) or isinstance(init, tuple) or init == "random"):
+            raise ValueError(f"init must be 'random' or a callable; got {init!r}")
+        self.layout = layout
+        self.K = int(n_clusters)
+        self.prior = dict(label_prior=label_prior, weight_prior=weight_prior)
+        self.start = init
+        self.generator = generator
+        self.work = None
+
+    def _e_step(self, log_pi, log_theta) -> EMState:
+        resp, ll = e_step(self.layout, log_pi, log_theta, work=self.work)
+        F = ll + log_prior(log_pi, log_theta, self.layout.n_labels, **self.prior)
+        return EMState(log_pi, log_theta, resp, ll, F)
+
+    def init(self, rng=None, run=0) -> EMState:
+        lay = self.layout
+        if callable(self.start):
+            resp0 = self.start(run).to(device=lay.device, dtype=lay.dtype)
+            log_pi, log_theta = m_step(lay, resp0, **self.prior)
+            del resp0
+        elif isinstance(self.start, tuple):
+            log_pi, log_theta = self.start
+        else:
+            log_pi, log_theta = init_params(lay, self.K, generator=self.generator)
+        self.work = (log_theta.new_empty(self.K, lay.n_samples),
+                     log_theta.new_empty(lay.n_samples))
+        return self._e_step(log_pi, log_theta)
+
+    def step(self, state: EMState, rng=None) -> EMState:
+        log_pi, log_theta = m_step(self.layout, state.resp, **self.prior)
+        state.resp = None  # free it before the E-step allocates the next one
+        return self._e_step(log_pi, log_theta)
+
+    def objective(self, state: EMState) -> float:
+        return state.objective
+
+    def converged(self, objectives, tol, state) -> bool:
+        return abs(objectives[-1] - objectives[-2]) <= tol * abs(objectives[-2])
 
 
-def fit_em(
-    layout: MMLayout,
-    n_clusters: int,
-    *,
-    n_init=5,
-    max_iter=200,
-    tol=1e-6,
-    label_prior=1.0,
-    weight_prior=1.0,
-    init="random",
-    generator=None,
-    verbose=False,
-) -> EMResult:
-    """EM with ``n_init`` restarts; returns the run with the highest ``F``.
+def run_em(layout: MMLayout, log_pi, log_theta, *, max_iter=200, tol=1e-6, label_prior=1.0,
+           weight_prior=1.0):
+    """Iterate E and M steps from the given parameters (one :class:`EM` run).
+
+    Returns the driver's :class:`~consensuskit.inference.driver.Run`: ``params`` an
+    :class:`EMState`, ``objectives`` ``F`` at the start and after every iteration.
+    """
+    engine = EM(layout, log_theta.shape[0], label_prior=label_prior, weight_prior=weight_prior,
+                init=(log_pi, log_theta))
+    return drive(engine, max_iter=max_iter, tol=tol).best
+
+
+def fit_em(layout: MMLayout, n_clusters: int, *, n_init=5, max_iter=200, tol=1e-6,
+           label_prior=1.0, weight_prior=1.0, init="random", generator=None, verbose=False):
+    """EM with ``n_init`` restarts; returns the run with the highest ``F`` (a driver ``Run``).
 
     Parameters
     ----------
@@ -449,30 +468,7 @@ def fit_em(
     generator : torch.Generator, optional
         CPU generator for the random starts.
     """
-    from tqdm.auto import tqdm
-
-    prior = dict(label_prior=label_prior, weight_prior=weight_prior)
-    best = None
-    bar = tqdm(total=n_init * max_iter, disable=not verbose, desc="MM EM", leave=False)
-    try:
-        for r in range(n_init):
-            if callable(init):
-                resp0 = init(r).to(device=layout.device, dtype=layout.dtype)
-                log_pi, log_theta = m_step(layout, resp0, **prior)
-                del resp0
-            elif init == "random":
-                log_pi, log_theta = init_params(layout, n_clusters, generator=generator)
-            else:
-                raise ValueError(f"init must be 'random' or a callable; got {init!r}")
-            bar.set_description(f"MM EM restart {r + 1}/{n_init}")
-            res = run_em(
-                layout, log_pi, log_theta, max_iter=max_iter, tol=tol, progress=bar, **prior
-            )
-            bar.update(max_iter - res.n_iter)  # a converged restart skips its remaining steps
-            if best is None or res.objective > best.objective:
-                best = res
-            else:
-                del res
-    finally:
-        bar.close()
-    return best
+    engine = EM(layout, n_clusters, label_prior=label_prior, weight_prior=weight_prior,
+                init=init, generator=generator)
+    return drive(engine, max_iter=max_iter, n_runs=n_init, tol=tol, progress=verbose,
+                 desc="MM EM", run_name="restart").best

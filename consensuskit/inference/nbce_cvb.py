@@ -30,13 +30,15 @@ monitoring.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from .nbce_vb import onehot_tensor
+from .nbce_vb import Variational
 
-__all__ = ["cvb_nbce", "cvb_expected_counts", "cvb_approx_bound", "tsb_log_prior_terms"]
+__all__ = ["CVB", "CVBState", "cvb_expected_counts", "cvb_approx_bound", "tsb_log_prior_terms"]
 
 
 def tsb_log_prior_terms(Nk, alpha0):
@@ -84,81 +86,65 @@ def cvb_approx_bound(Nk, Nkl, Nkm, gamma, alpha0, beta, prior, J):
     return float(val)
 
 
-def cvb_nbce(
-    idx,
-    n_labels,
-    truncation,
-    *,
-    prior="tsb",
-    alpha0=1.0,
-    beta=0.5,
-    max_iter=200,
-    tol=1e-5,
-    block_size=256,
-    generator=None,
-    dtype=torch.float64,
-    device="cpu",
-    verbose=False,
-    init_gamma=None,
-):
-    """Run first-order CVB for NBCE (TSB or FSD prior).
+@dataclass
+class CVBState:
+    """q(z) = ``gamma`` (N, T), the expected counts ``Nk`` (T,), ``Nkl`` (T, L), ``Nkm``
+    (T, M), the fixed hyper-parameters, the largest change of a responsibility in the last
+    pass and the approximate bound."""
 
-    Parameters
-    ----------
-    idx : int array (N, M)
-        Global label index, -1 missing.
-    n_labels : int array (M,)
-    truncation : int
-    prior : {"tsb", "fsd"}
-    alpha0, beta : float
-        Fixed hyper-parameters.
-    max_iter : int
-        Passes over the data.
-    tol : float
-        Convergence when ``max |gamma_new - gamma_old| < tol`` in a pass.
-    block_size : int
-        Rows updated together from the same expected counts.
+    gamma: torch.Tensor
+    Nk: torch.Tensor
+    Nkl: torch.Tensor
+    Nkm: torch.Tensor
+    alpha0: float
+    beta: float
+    delta: float = math.inf
+    bound: float = math.nan
 
-    Returns
-    -------
-    dict: ``gamma`` (N, T), ``Nk`` (T,), ``Nkl`` (T, L), ``Nkm`` (T, M),
-    ``lower_bounds`` (approximate, one per pass), ``n_iter``, ``converged``.
+
+class CVB(Variational):
+    """First-order CVB for NBCE (module docstring) as an engine of the fit driver.
+
+    A step is one pass over the rows in blocks of ``block_size`` (rows within a block
+    are updated from the same expected counts; 1 is the fully sequential algorithm); a
+    run has converged when the largest change of a responsibility in a pass is below
+    ``tol`` (the paper's criterion).  ``prior`` is "tsb" or "fsd"; ``alpha0``, ``beta``
+    stay fixed; other arguments as :class:`~consensuskit.inference.nbce_vb.Variational`.
+    Run it with ``CVB(...).run(max_iter=..., tol=...)``; the kept run's ``params`` is a
+    :class:`CVBState` whose counts are recomputed exactly at the end.
     """
-    if prior not in ("tsb", "fsd"):
-        raise ValueError(f"prior must be 'tsb' or 'fsd'; got {prior!r}")
-    idx = np.asarray(idx)
-    N, M = idx.shape
-    T = int(truncation)
-    n_labels = np.asarray(n_labels, dtype=np.int64)
-    L = int(n_labels.sum())
-    X, Xt = onehot_tensor(idx, L, dtype, device)
-    O = torch.as_tensor(idx >= 0, dtype=dtype, device=device)
-    idx_t = torch.as_tensor(np.where(idx >= 0, idx, 0), device=device)
-    J = torch.as_tensor(n_labels, device=device)
-    Jb = J.to(dtype) * float(beta)
-    if init_gamma is None:
-        # drawn in float64 so that float32 and float64 runs start from the same point
-        e = -torch.log(torch.rand(N, T, generator=generator, dtype=torch.float64))
-        gamma = (e / e.sum(1, keepdim=True)).to(device=device, dtype=dtype)
-    else:
-        gamma = torch.as_tensor(init_gamma, dtype=dtype, device=device).clone()
-    Nk, Nkl, Nkm = cvb_expected_counts(X, Xt, O, gamma)
-    bounds = []
-    converged = False
-    it = 0
-    bs = max(1, int(block_size))
-    for it in tqdm(range(1, max_iter + 1), disable=not verbose, desc="NBCE CVB"):  # noqa: B007
+
+    def __init__(self, idx, n_labels, truncation, *, prior="tsb", alpha0=1.0, beta=0.5,
+                 block_size=256, **kw):
+        if prior not in ("tsb", "fsd"):
+            raise ValueError(f"prior must be 'tsb' or 'fsd'; got {prior!r}")
+        super().__init__(idx, n_labels, truncation, **kw)
+        self.O = torch.as_tensor(self.idx >= 0, dtype=self.dtype, device=self.device)
+        self.idx_t = torch.as_tensor(np.where(self.idx >= 0, self.idx, 0), device=self.device)
+        self.J = self.J_t
+        self.Jb = self.J.to(self.dtype) * float(beta)
+        self.prior, self.alpha0, self.beta = prior, alpha0, beta
+        self.bs = max(1, int(block_size))
+
+    def init(self, rng=None, run=0):
+        gamma = self.initial_gamma()
+        Nk, Nkl, Nkm = cvb_expected_counts(self.X, self.Xt, self.O, gamma)
+        return CVBState(gamma, Nk, Nkl, Nkm, float(self.alpha0), float(self.beta))
+
+    def step(self, state: CVBState, rng=None) -> CVBState:
+        alpha0, beta, prior, T, M = self.alpha0, self.beta, self.prior, self.T, self.M
+        gamma, Nk, Nkl, Nkm = state.gamma, state.Nk, state.Nkl, state.Nkm
         delta = 0.0
-        for s in range(0, N, bs):
-            rows = slice(s, min(N, s + bs))
+        for s in range(0, self.N, self.bs):
+            rows = slice(s, min(self.N, s + self.bs))
             g_old = gamma[rows]  # (B, T)
-            ob = O[rows]  # (B, M)
-            ib = idx_t[rows]  # (B, M)
+            ob = self.O[rows]  # (B, M)
+            ib = self.idx_t[rows]  # (B, M)
             Nk_ = (Nk[None, :] - g_old).clamp_min(0.0)  # (B, T)
             # (B, M, T): expected label counts without the row itself
             lab = (Nkl.T[ib] - ob[:, :, None] * g_old[:, None, :]).clamp_min(0.0)
             col = (Nkm.T[None, :, :] - ob[:, :, None] * g_old[:, None, :]).clamp_min(0.0)
-            ll = ob[:, :, None] * (torch.log(beta + lab) - torch.log(Jb[None, :, None] + col))
+            ll = ob[:, :, None] * (torch.log(beta + lab) - torch.log(self.Jb[None, :, None] + col))
             logit = ll.sum(1)
             if prior == "fsd":
                 logit = logit + torch.log(alpha0 / T + Nk_)
@@ -174,21 +160,17 @@ def cvb_nbce(
             flat = ib[ob.bool()]
             contrib = diff[:, None, :].expand(-1, M, -1)[ob.bool()]  # (n_obs, T)
             Nkl = Nkl.index_add(1, flat, contrib.T)
-        bounds.append(cvb_approx_bound(Nk, Nkl, Nkm, gamma, alpha0, beta, prior, J))
-        if delta < tol:
-            converged = True
-            break
-    # recompute the counts exactly to remove accumulated rounding
-    Nk, Nkl, Nkm = cvb_expected_counts(X, Xt, O, gamma)
-    return {
-        "gamma": gamma,
-        "Nk": Nk,
-        "Nkl": Nkl,
-        "Nkm": Nkm,
-        "alpha0": float(alpha0),
-        "beta": float(beta),
-        "lower_bounds": bounds,
-        "n_iter": it,
-        "converged": converged,
-    }
+        bound = cvb_approx_bound(Nk, Nkl, Nkm, gamma, alpha0, beta, prior, self.J)
+        return CVBState(gamma, Nk, Nkl, Nkm, state.alpha0, state.beta, delta, bound)
 
+    def objective(self, state: CVBState) -> float:
+        return state.bound
+
+    def converged(self, objectives, tol, state: CVBState) -> bool:
+        return state.delta < tol
+
+    def result(self, state: CVBState) -> CVBState:
+        # recompute the counts exactly to remove accumulated rounding
+        Nk, Nkl, Nkm = cvb_expected_counts(self.X, self.Xt, self.O, state.gamma)
+        return CVBState(state.gamma, Nk, Nkl, Nkm, state.alpha0, state.beta, state.delta,
+                        state.bound)

@@ -47,19 +47,23 @@ rate=1) priors by default (``hyper_prior``).
 
 from __future__ import annotations
 
-import copy
 import math
+from dataclasses import dataclass
 
 import numba
 import numpy as np
 from scipy.special import gammaln
 from sklearn.utils import check_random_state
-from tqdm.auto import tqdm
 
 from ..models.nbce import PRIORS, log_prior_partition
+from .driver import Engine
+from .driver import fit as drive
 
 __all__ = [
     "GibbsState",
+    "Chain",
+    "GibbsChains",
+    "gibbs_step",
     "gibbs_nbce",
     "conditional_probs",
     "co_clustering",
@@ -591,8 +595,105 @@ def update_hyper(state: GibbsState, rng, hyper_prior=((1.0, 1.0), (1.0, 1.0))):
 
 
 # ---------------------------------------------------------------------------
-# driver
+# one sweep, and the chains as an engine of the fit driver
 # ---------------------------------------------------------------------------
+def gibbs_step(state: GibbsState, rng, update_hyperparameters=True,
+               hyper_prior=((1.0, 1.0), (1.0, 1.0))) -> GibbsState:
+    """One sweep of the sampler: every ``z_i`` once, the TSB label swaps, then (if asked)
+    alpha0 and beta.  numba's generator is re-seeded from ``rng`` first, so the chain is
+    a function of ``rng``'s state."""
+    _seed(int(rng.randint(0, 2**31 - 1)))
+    state.sweep(1)
+    state.label_swaps()
+    if update_hyperparameters:
+        update_hyper(state, rng, hyper_prior)
+    return state
+
+
+@dataclass
+class Chain:
+    """One chain's state for the driver: the sampler, sweeps done, the draws kept so far.
+
+    ``draws`` maps a name to an array over the chain's ``n_samples`` draws (see
+    :func:`gibbs_nbce`); entries past ``n_draws`` are not filled yet.
+    """
+
+    gibbs: GibbsState
+    sweeps: int
+    draws: dict
+    n_draws: int = 0
+    log_joint: float = math.nan
+
+
+class GibbsChains(Engine):
+    """Collapsed Gibbs chains as an engine of :func:`consensuskit.inference.driver.fit`.
+
+    A step is :func:`gibbs_step`; after ``burn_in`` sweeps every ``thin``-th state is
+    kept; the objective is the collapsed log joint.  Arguments as :func:`gibbs_nbce`.
+    """
+
+    def __init__(self, idx, n_labels, truncation, *, prior, alpha0, beta,
+                 update_hyperparameters, hyper_prior, n_samples, burn_in, thin, init,
+                 store_z, store_counts):
+        self.idx = idx
+        self.n_labels = n_labels
+        self.T = int(truncation)
+        self.prior = prior
+        self.alpha0, self.beta = alpha0, beta
+        self.update_hyperparameters = bool(update_hyperparameters)
+        self.hyper_prior = hyper_prior
+        self.S, self.burn_in, self.thin = int(n_samples), int(burn_in), int(thin)
+        self.z0 = None if init is None else np.asarray(init)
+        self.store_z, self.store_counts = store_z, store_counts
+
+    def _empty_draws(self):
+        N, M = self.idx.shape
+        S, T, L = self.S, self.T, int(np.sum(self.n_labels))
+        d = {"counts": np.zeros((S, T), dtype=np.int64), "log_joint": np.zeros(S),
+             "n_occupied": np.zeros(S, dtype=np.int64), "alpha0": np.zeros(S),
+             "beta": np.zeros(S)}
+        if self.store_counts:
+            d["label_counts"] = np.zeros((S, T, L), dtype=np.int32)
+            d["col_counts"] = np.zeros((S, T, M), dtype=np.int32)
+        if self.store_z:
+            d["z"] = np.zeros((S, N), dtype=np.int32)
+        return d
+
+    def init(self, rng, run=0):
+        if self.z0 is None:
+            z0 = rng.randint(0, self.T, size=self.idx.shape[0])
+        else:
+            z0 = self.z0[run] if self.z0.ndim == 2 else self.z0
+        g = GibbsState(self.idx, self.n_labels, z0, self.T, self.alpha0, self.beta, self.prior)
+        return Chain(g, 0, self._empty_draws())
+
+    def step(self, state: Chain, rng) -> Chain:
+        g = gibbs_step(state.gibbs, rng, self.update_hyperparameters, self.hyper_prior)
+        it = state.sweeps
+        state.sweeps += 1
+        state.log_joint = g.log_joint()
+        if it >= self.burn_in and (it - self.burn_in + 1) % self.thin == 0:
+            s, d = state.n_draws, state.draws
+            d["counts"][s] = g.cnt
+            if self.store_counts:
+                d["label_counts"][s] = g.nlk.T
+                d["col_counts"][s] = g.ckm.T
+            d["log_joint"][s] = state.log_joint
+            d["n_occupied"][s] = np.count_nonzero(g.cnt)
+            d["alpha0"][s] = g.alpha0
+            d["beta"][s] = g.beta
+            if self.store_z:
+                d["z"][s] = g.z
+            state.n_draws += 1
+        return state
+
+    def objective(self, state: Chain) -> float:
+        return state.log_joint
+
+    def info(self, state: Chain) -> dict:
+        return {"draws": state.n_draws, "gibbs": state.gibbs}
+
+
 def gibbs_nbce(
     idx,
     n_labels,
@@ -613,9 +714,11 @@ def gibbs_nbce(
     store_counts="auto",
     verbose=False,
     callback=None,
+    checkpoint=None,
+    checkpoint_every=10,
     resume=None,
 ):
-    """Run ``n_chains`` collapsed Gibbs chains for NBCE.
+    """Run ``n_chains`` collapsed Gibbs chains for NBCE (:class:`GibbsChains` under the driver).
 
     Parameters
     ----------
@@ -644,17 +747,12 @@ def gibbs_nbce(
     store_z : bool
         Keep the retained indicator vectors (needed for co-clustering and the
         point consensus).
-    callback : callable or None
-        ``callback(state)`` after every sweep; ``state`` is a dict with ``chain``,
-        ``iteration`` (sweeps done in this chain), ``draws`` (retained so far in
-        it), ``gibbs`` (the :class:`GibbsState`), ``rng`` (the generator's state)
-        and ``out`` (the arrays being filled).  Returning ``False`` stops the run
-        (``out["stopped"]`` is then True).
-    resume : dict or None
-        Such a state: the run continues from it and every later sweep is the
-        same as in the uninterrupted run.  (numba's generator, used inside a
-        sweep, is re-seeded from ``random_state`` before every sweep, so the
-        whole chain is a function of that state.)
+    callback, checkpoint, checkpoint_every, resume
+        As in :func:`consensuskit.inference.driver.fit`: the snapshot after every sweep
+        has ``chain``, ``iteration`` (sweeps done in this chain), ``draws`` (retained so
+        far in it), ``gibbs`` (the :class:`GibbsState`), ``state`` (the :class:`Chain`)
+        and ``rng`` (the generator's state).  A resumed run's later sweeps are those of
+        the uninterrupted run.
 
     Returns
     -------
@@ -663,7 +761,9 @@ def gibbs_nbce(
         ``label_counts`` (C, S, T, L) int32, ``col_counts`` (C, S, T, M) int32
         (if stored, see ``store_counts``),
         ``log_joint`` (C, S), ``n_occupied`` (C, S), ``alpha0`` (C, S), ``beta`` (C, S);
-        and ``prior``, ``truncation``, ``n_labels``.
+        ``log_joint_trace`` (C, sweeps) (every sweep, burn-in included);
+        ``n_draws`` (C,) draws retained per chain; ``stopped`` (the callback stopped the
+        run); and ``prior``, ``truncation``, ``n_labels``.
     """
     if prior not in PRIORS:
         raise ValueError(f"prior must be 'tsb' or 'fsd'; got {prior!r}")
@@ -675,71 +775,28 @@ def gibbs_nbce(
         raise ValueError(f"truncation must be >= 2; got {truncation}")
     L = int(np.sum(n_labels))
     C, S = int(n_chains), int(n_samples)
-    out = {
-        "counts": np.zeros((C, S, T), dtype=np.int64),
-        "log_joint": np.zeros((C, S)),
-        "n_occupied": np.zeros((C, S), dtype=np.int64),
-        "alpha0": np.zeros((C, S)),
-        "beta": np.zeros((C, S)),
-    }
     if store_counts == "auto":
         store_counts = C * S * T * (L + M) * 4 <= 256 * 2**20
-    if store_counts:
-        out["label_counts"] = np.zeros((C, S, T, L), dtype=np.int32)
-        out["col_counts"] = np.zeros((C, S, T, M), dtype=np.int32)
-    if store_z:
-        out["z"] = np.zeros((C, S, N), dtype=np.int32)
+    engine = GibbsChains(idx, n_labels, T, prior=prior, alpha0=alpha0, beta=beta,
+                         update_hyperparameters=update_hyperparameters,
+                         hyper_prior=hyper_prior, n_samples=S, burn_in=burn_in, thin=thin,
+                         init=init, store_z=store_z, store_counts=store_counts)
     total = burn_in + S * thin
-    c0 = 0
-    if resume is not None:
-        for key, value in resume["out"].items():
-            out[key] = np.array(value, copy=True)
-        rng.set_state(resume["rng"])
-        c0 = int(resume["chain"])
-    out["stopped"] = False
-    bar = tqdm(total=C * total, disable=not verbose, desc="NBCE Gibbs", unit="sweep")
-    for c in range(c0, C):
-        if resume is not None and c == c0:
-            state = copy.deepcopy(resume["gibbs"])
-            start, s = int(resume["iteration"]), int(resume["draws"])
-            bar.update(c * total + start)
-        else:
-            if init is None:
-                z0 = rng.randint(0, T, size=N)
-            else:
-                z0 = np.asarray(init)
-                z0 = z0[c] if z0.ndim == 2 else z0
-            state = GibbsState(idx, n_labels, z0, T, alpha0, beta, prior)
-            start, s = 0, 0
-        for it in range(start, total):
-            _seed(int(rng.randint(0, 2**31 - 1)))
-            state.sweep(1)
-            state.label_swaps()
-            if update_hyperparameters:
-                update_hyper(state, rng, hyper_prior)
-            bar.update(1)
-            if it >= burn_in and (it - burn_in + 1) % thin == 0:
-                out["counts"][c, s] = state.cnt
-                if store_counts:
-                    out["label_counts"][c, s] = state.nlk.T
-                    out["col_counts"][c, s] = state.ckm.T
-                out["log_joint"][c, s] = state.log_joint()
-                out["n_occupied"][c, s] = np.count_nonzero(state.cnt)
-                out["alpha0"][c, s] = state.alpha0
-                out["beta"][c, s] = state.beta
-                if store_z:
-                    out["z"][c, s] = state.z
-                s += 1
-            if callback is not None and callback(
-                {"chain": c, "iteration": it + 1, "draws": s, "gibbs": state,
-                 "rng": rng.get_state(), "out": out}
-            ) is False:
-                out["stopped"] = True
-                break
-        if out["stopped"]:
-            break
-    bar.close()
-    out.update(prior=prior, truncation=T, n_labels=np.asarray(n_labels, dtype=np.int64))
+    fit = drive(engine, max_iter=total, n_runs=C, tol=None, rng=rng, select="all",
+                callback=callback, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                resume=resume, progress=verbose, desc="NBCE Gibbs", run_name="chain",
+                unit="sweep")
+    empty = engine._empty_draws()
+    out = {key: np.zeros((C,) + v.shape, dtype=v.dtype) for key, v in empty.items()}
+    out["log_joint_trace"] = np.full((C, total), np.nan)
+    out["n_draws"] = np.zeros(C, dtype=np.int64)
+    for c, run in enumerate(fit.runs):
+        for key, v in run.params.draws.items():
+            out[key][c] = v
+        out["log_joint_trace"][c, :len(run.objectives)] = run.objectives
+        out["n_draws"][c] = run.params.n_draws
+    out.update(stopped=fit.stopped, prior=prior, truncation=T,
+               n_labels=np.asarray(n_labels, dtype=np.int64))
     return out
 
 

@@ -22,13 +22,15 @@ not decrease).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from scipy.special import digamma, gammaln, polygamma
-from tqdm.auto import tqdm
 
-__all__ = ["vb_nbce", "vb_bound", "newton_max_log", "onehot_tensor"]
+from .driver import Engine
+
+__all__ = ["Variational", "VB", "VBState", "vb_bound", "newton_max_log", "onehot_tensor"]
 
 
 def onehot_tensor(idx, L, dtype, device):
@@ -109,23 +111,21 @@ def vb_bound(stats, xi, rho, gamma, alpha0, beta, n_labels_t, col_of_t):
     return float(val)
 
 
-def vb_nbce(
-    idx,
-    n_labels,
-    truncation,
-    *,
-    alpha0=1.0,
-    beta=0.5,
-    update_hyperparameters=True,
-    max_iter=500,
-    tol=1e-7,
-    generator=None,
-    dtype=torch.float64,
-    device="cpu",
-    verbose=False,
-    init_gamma=None,
-):
-    """Run CAVI for NBCE-FSD.
+@dataclass
+class VBState:
+    """Variational parameters of NBCE-FSD: ``gamma`` (N, T) = q(z), ``xi`` (T,) = q(pi),
+    ``rho`` (T, L) = q(theta*), the hyper-parameters and the bound of this state."""
+
+    gamma: torch.Tensor
+    xi: torch.Tensor | None
+    rho: torch.Tensor | None
+    alpha0: float
+    beta: float
+    bound: float = math.nan
+
+
+class Variational(Engine):
+    """What NBCE's VB and CVB engines share: the one-hot labels and the random start.
 
     Parameters
     ----------
@@ -134,47 +134,67 @@ def vb_nbce(
     n_labels : int array (M,)
     truncation : int
         T.
-    alpha0, beta : float
-        Fixed values or starting values (``update_hyperparameters``).
-    max_iter : int
-    tol : float
-        Stop when the bound improves by less than ``tol * |bound|``.
     generator : torch.Generator
-        For the random initial responsibilities.
-
-    Returns
-    -------
-    dict: ``gamma`` (N, T), ``xi`` (T,), ``rho`` (T, L), ``alpha0``, ``beta``,
-    ``lower_bounds`` (list, one per iteration), ``n_iter``, ``converged``.
+        For the random initial responsibilities (uniform on the simplex, drawn in
+        float64 so that float32 and float64 runs start from the same point).
+    dtype, device
+        Arithmetic.
+    init_gamma : array (N, T) or None
+        A given start instead.
     """
-    idx = np.asarray(idx)
-    N, M = idx.shape
-    T = int(truncation)
-    n_labels = np.asarray(n_labels, dtype=np.int64)
-    L = int(n_labels.sum())
-    X, Xt = onehot_tensor(idx, L, dtype, device)
-    col_of_t = torch.as_tensor(np.repeat(np.arange(M), n_labels), device=device)
-    J_t = torch.as_tensor(n_labels, device=device)
-    Jf = n_labels.astype(np.float64)
-    if init_gamma is None:  # uniform draws from the simplex (normalised exponentials)
-        # drawn in float64 so that float32 and float64 runs start from the same point
-        e = -torch.log(torch.rand(N, T, generator=generator, dtype=torch.float64))
-        gamma = (e / e.sum(1, keepdim=True)).to(device=device, dtype=dtype)
-    else:
-        gamma = torch.as_tensor(init_gamma, dtype=dtype, device=device)
-    a0, b = float(alpha0), float(beta)
-    bounds = []
-    converged = False
-    it = 0
-    for it in tqdm(range(1, max_iter + 1), disable=not verbose, desc="NBCE VB"):  # noqa: B007
-        stats = torch.sparse.mm(Xt, gamma)  # (L, T) expected label counts
+
+    def __init__(self, idx, n_labels, truncation, *, generator=None, dtype=torch.float64,
+                 device="cpu", init_gamma=None):
+        self.idx = np.asarray(idx)
+        self.N, self.M = self.idx.shape
+        self.T = int(truncation)
+        self.n_labels = np.asarray(n_labels, dtype=np.int64)
+        self.X, self.Xt = onehot_tensor(self.idx, int(self.n_labels.sum()), dtype, device)
+        self.J_t = torch.as_tensor(self.n_labels, device=device)
+        self.generator, self.dtype, self.device = generator, dtype, device
+        self.init_gamma = init_gamma
+
+    def initial_gamma(self):
+        if self.init_gamma is None:
+            e = -torch.log(torch.rand(self.N, self.T, generator=self.generator,
+                                      dtype=torch.float64))
+            return (e / e.sum(1, keepdim=True)).to(device=self.device, dtype=self.dtype)
+        return torch.as_tensor(self.init_gamma, dtype=self.dtype, device=self.device).clone()
+
+
+class VB(Variational):
+    """Mean-field VB for NBCE-FSD (module docstring) as an engine of the fit driver.
+
+    One step: ``rho, xi | gamma``, then (optionally) ``alpha0, beta`` by Newton, then
+    ``gamma | rho, xi``, then the bound.  ``alpha0``, ``beta``: fixed values or starting
+    values (``update_hyperparameters``); other arguments as :class:`Variational`.  Run it
+    with ``VB(...).run(max_iter=..., tol=...)`` (stops when the bound improves by less
+    than ``tol * |bound|``); the kept run's ``params`` is a :class:`VBState`.
+    """
+
+    def __init__(self, idx, n_labels, truncation, *, alpha0=1.0, beta=0.5,
+                 update_hyperparameters=True, **kw):
+        super().__init__(idx, n_labels, truncation, **kw)
+        self.col_of_t = torch.as_tensor(np.repeat(np.arange(self.M), self.n_labels),
+                                        device=self.device)
+        self.Jf = self.n_labels.astype(np.float64)
+        self.alpha0, self.beta = float(alpha0), float(beta)
+        self.update_hyperparameters = update_hyperparameters
+
+    def init(self, rng=None, run=0):
+        return VBState(self.initial_gamma(), None, None, self.alpha0, self.beta)
+
+    def step(self, state: VBState, rng=None) -> VBState:
+        T, M, Jf, col_of_t = self.T, self.M, self.Jf, self.col_of_t
+        gamma, a0, b = state.gamma, state.alpha0, state.beta
+        stats = torch.sparse.mm(self.Xt, gamma)  # (L, T) expected label counts
         rho = b + stats.T  # (T, L)
         xi = a0 / T + gamma.sum(0)
         Elt = torch.special.digamma(rho) - torch.special.digamma(
             _segment_sum(rho, col_of_t, M)
         )[:, col_of_t]
         Elp = torch.special.digamma(xi) - torch.special.digamma(xi.sum())
-        if update_hyperparameters:
+        if self.update_hyperparameters:
             s_pi = float(Elp.sum())
             a0 = newton_max_log(
                 lambda a, s=s_pi: gammaln(a) - T * gammaln(a / T) + (a / T - 1.0) * s,
@@ -189,21 +209,12 @@ def vb_nbce(
                 lambda x: T * np.sum(Jf**2 * polygamma(1, Jf * x) - Jf * polygamma(1, x)),
                 b,
             )
-        logits = torch.sparse.mm(X, Elt.T) + Elp[None, :]
+        logits = torch.sparse.mm(self.X, Elt.T) + Elp[None, :]
         gamma = torch.softmax(logits, dim=1)
-        stats = torch.sparse.mm(Xt, gamma)
-        bounds.append(vb_bound(stats, xi, rho, gamma, a0, b, J_t, col_of_t))
-        if len(bounds) > 1 and abs(bounds[-1] - bounds[-2]) <= tol * abs(bounds[-1]):
-            converged = True
-            break
-    # the last bound is that of (xi, rho) fitted to the previous gamma and this gamma
-    return {
-        "gamma": gamma,
-        "xi": xi,
-        "rho": rho,
-        "alpha0": a0,
-        "beta": b,
-        "lower_bounds": bounds,
-        "n_iter": it,
-        "converged": converged,
-    }
+        stats = torch.sparse.mm(self.Xt, gamma)
+        # the bound of (xi, rho) fitted to the previous gamma and this gamma
+        bound = vb_bound(stats, xi, rho, gamma, a0, b, self.J_t, col_of_t)
+        return VBState(gamma, xi, rho, a0, b, bound)
+
+    def objective(self, state: VBState) -> float:
+        return state.bound

@@ -262,6 +262,68 @@ def _heap_build(heap, where, key):
 # ---------------------------------------------------------------------------
 # dense mode: C, N and A = Y Y^T as (n, n) arrays
 # ---------------------------------------------------------------------------
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _take_step(Y, J, u, v, eps, yold, K):
+    """Move ``eps`` of row ``J``'s mass from ``v`` to ``u`` (all of ``Y[J, v]`` when ``eps``
+    reaches it); keep the old row in ``yold``; return ``(du, dv)``, the changes of both."""
+    for k in range(K):
+        yold[k] = Y[J, k]
+    if eps >= Y[J, v]:
+        eps = Y[J, v]
+        Y[J, v] = 0.0
+    else:
+        Y[J, v] -= eps
+    Y[J, u] += eps
+    return Y[J, u] - yold[u], Y[J, v] - yold[v]
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _pair_change(div, c, nn, aold, yiu, yiv, du, dv):
+    """A pair (J, i) after row ``J``'s step: ``(changed, anew, wold, wnew, dterm)`` with its
+    overlap clipped to [0, 1], the derivative weights before and after, and the change
+    of its objective term (``changed`` False: row ``i`` has ``y_iu = y_iv``, nothing moves)."""
+    wold = _dprime(div, c, nn, aold)
+    if yiu - yiv == 0.0:
+        return False, aold, wold, wold, 0.0
+    anew = aold + du * yiu + dv * yiv
+    if anew < 0.0:
+        anew = 0.0
+    elif anew > 1.0:
+        anew = 1.0
+    return True, anew, wold, _dprime(div, c, nn, anew), _dterm(div, c, nn, aold, anew)
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _update_gradient_row(G, i, u, v, yold, wold, wnew, du, dv, K):
+    """Row ``i`` of the gradient after row ``J`` moved (``yold``: J's row before the step)."""
+    dw = wnew - wold
+    if dw != 0.0:
+        for k in range(K):
+            G[i, k] += dw * yold[k]
+    G[i, u] += wnew * du
+    G[i, v] += wnew * dv
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _record(trace, n_rec, f, it, record_every):
+    """Keep the objective every ``record_every`` steps while ``trace`` has room."""
+    if it % record_every == 0 and n_rec < trace.size:
+        trace[n_rec] = f
+        n_rec += 1
+    return n_rec
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _all_directions(G, Y, n, K):
+    """The best pair direction ``(gap, u, v)`` of every row, arrays (n,)."""
+    gap = np.empty(n)
+    U = np.empty(n, np.int64)
+    V = np.empty(n, np.int64)
+    for j in range(n):
+        gap[j], U[j], V[j] = _best_direction(G, Y, j, K)
+    return gap, U, V
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _dense_init(Y, C, NN, div):
     n, K = Y.shape
@@ -287,11 +349,7 @@ def _dense_init(Y, C, NN, div):
             if w != 0.0:
                 for k in range(K):
                     G[j, k] += w * Y[i, k]
-    gap = np.empty(n)
-    U = np.empty(n, np.int64)
-    V = np.empty(n, np.int64)
-    for j in range(n):
-        gap[j], U[j], V[j] = _best_direction(G, Y, j, K)
+    gap, U, V = _all_directions(G, Y, n, K)
     return A, G, gap, U, V, f
 
 
@@ -333,45 +391,20 @@ def _dense_run(Y, C, NN, A, G, gap, U, V, div, f, n_steps, tol_abs, xtol, record
         if eps <= 0.0:
             status = _STALLED
             break
-        for k in range(K):
-            yold[k] = Y[J, k]
-        if eps >= Y[J, v]:
-            eps = Y[J, v]
-            Y[J, v] = 0.0
-        else:
-            Y[J, v] -= eps
-        Y[J, u] += eps
-        du = Y[J, u] - yold[u]
-        dv = Y[J, v] - yold[v]
+        du, dv = _take_step(Y, J, u, v, eps, yold, K)
         df = 0.0
         for k in range(K):
             G[J, k] = 0.0
         for i in range(n):
             if i == J:
                 continue
-            c = C[J, i]
-            nn = NN[J, i]
-            aold = A[J, i]
-            wold = _dprime(div, c, nn, aold)
-            di = Y[i, u] - Y[i, v]
-            if di != 0.0:
-                anew = aold + du * Y[i, u] + dv * Y[i, v]
-                if anew < 0.0:
-                    anew = 0.0
-                elif anew > 1.0:
-                    anew = 1.0
+            changed, anew, wold, wnew, dterm = _pair_change(div, C[J, i], NN[J, i], A[J, i],
+                                                            Y[i, u], Y[i, v], du, dv)
+            if changed:
                 A[J, i] = anew
                 A[i, J] = anew
-                wnew = _dprime(div, c, nn, anew)
-                df += _dterm(div, c, nn, aold, anew)
-            else:
-                wnew = wold
-            dw = wnew - wold
-            if dw != 0.0:
-                for k in range(K):
-                    G[i, k] += dw * yold[k]
-            G[i, u] += wnew * du
-            G[i, v] += wnew * dv
+                df += dterm
+            _update_gradient_row(G, i, u, v, yold, wold, wnew, du, dv, K)
             gap[i], U[i], V[i] = _best_direction(G, Y, i, K)
             if wnew != 0.0:
                 for k in range(K):
@@ -379,9 +412,7 @@ def _dense_run(Y, C, NN, A, G, gap, U, V, div, f, n_steps, tol_abs, xtol, record
         gap[J], U[J], V[J] = _best_direction(G, Y, J, K)
         f += df
         steps += 1
-        if (it0 + steps) % record_every == 0 and n_rec < trace.size:
-            trace[n_rec] = f
-            n_rec += 1
+        n_rec = _record(trace, n_rec, f, it0 + steps, record_every)
     return f, steps, status, n_rec
 
 
@@ -410,11 +441,7 @@ def _pairs_init(Y, ec, en, indptr, nbr, div):
             if w != 0.0:
                 for k in range(K):
                     G[j, k] += w * Y[i, k]
-    gap = np.empty(n)
-    U = np.empty(n, np.int64)
-    V = np.empty(n, np.int64)
-    for j in range(n):
-        gap[j], U[j], V[j] = _best_direction(G, Y, j, K)
+    gap, U, V = _all_directions(G, Y, n, K)
     heap = np.empty(n, np.int64)
     where = np.empty(n, np.int64)
     _heap_build(heap, where, gap)
@@ -459,44 +486,19 @@ def _pairs_run(Y, ec, en, ea, indptr, nbr, rev, G, gap, U, V, heap, where, div, 
         if eps <= 0.0:
             status = _STALLED
             break
-        for k in range(K):
-            yold[k] = Y[J, k]
-        if eps >= Y[J, v]:
-            eps = Y[J, v]
-            Y[J, v] = 0.0
-        else:
-            Y[J, v] -= eps
-        Y[J, u] += eps
-        du = Y[J, u] - yold[u]
-        dv = Y[J, v] - yold[v]
+        du, dv = _take_step(Y, J, u, v, eps, yold, K)
         df = 0.0
         for k in range(K):
             gnew[k] = 0.0
         for e in range(indptr[J], indptr[J + 1]):
             i = nbr[e]
-            c = ec[e]
-            nn = en[e]
-            aold = ea[e]
-            wold = _dprime(div, c, nn, aold)
-            di = Y[i, u] - Y[i, v]
-            if di != 0.0:
-                anew = aold + du * Y[i, u] + dv * Y[i, v]
-                if anew < 0.0:
-                    anew = 0.0
-                elif anew > 1.0:
-                    anew = 1.0
+            changed, anew, wold, wnew, dterm = _pair_change(div, ec[e], en[e], ea[e], Y[i, u],
+                                                            Y[i, v], du, dv)
+            if changed:
                 ea[e] = anew
                 ea[rev[e]] = anew
-                wnew = _dprime(div, c, nn, anew)
-                df += _dterm(div, c, nn, aold, anew)
-            else:
-                wnew = wold
-            dw = wnew - wold
-            if dw != 0.0:
-                for k in range(K):
-                    G[i, k] += dw * yold[k]
-            G[i, u] += wnew * du
-            G[i, v] += wnew * dv
+                df += dterm
+            _update_gradient_row(G, i, u, v, yold, wold, wnew, du, dv, K)
             gval, U[i], V[i] = _best_direction(G, Y, i, K)
             if gval != gap[i]:
                 _heap_set(heap, where, gap, i, gval)
@@ -509,9 +511,7 @@ def _pairs_run(Y, ec, en, ea, indptr, nbr, rev, G, gap, U, V, heap, where, div, 
         _heap_set(heap, where, gap, J, gval)
         f += df
         steps += 1
-        if (it0 + steps) % record_every == 0 and n_rec < trace.size:
-            trace[n_rec] = f
-            n_rec += 1
+        n_rec = _record(trace, n_rec, f, it0 + steps, record_every)
     return f, steps, status, n_rec
 
 

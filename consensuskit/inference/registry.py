@@ -11,8 +11,8 @@ the engine reports an objective (EM's log joint, CAVI's bound) it equals the spe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch

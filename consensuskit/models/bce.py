@@ -64,12 +64,18 @@ def label_mask(n_labels, device=None) -> torch.Tensor:
     return torch.arange(kmax, device=device)[None, :] < n_labels[:, None]
 
 
-def pad_beta(betas, dtype=None, device=None) -> torch.Tensor:
-    """List of ``(..., K, k_j)`` -> padded ``(..., M, K, k_max)`` with zeros beyond ``k_j``.
+def pad_beta(betas, dtype=None, device=None, n_labels=None) -> torch.Tensor:
+    """Label distributions -> padded ``(..., M, K, k_max)`` with zeros beyond ``k_j``.
 
-    Differentiable (``F.pad`` and ``stack``), so sampled or learned ``beta_j`` keep their
-    gradients.  ``dtype`` defaults to the first block's dtype (float64 for numpy input).
+    ``betas`` is a list of ``(..., K, k_j)``, or with ``n_labels`` the engines' concatenated
+    ``(K, sum_j k_j)`` (:func:`consensuskit.inference.bce_cavi.pack_beta`).  Differentiable
+    (``F.pad`` and ``stack``), so sampled or learned ``beta_j`` keep their gradients.
+    ``dtype`` defaults to the input's (float64 for numpy input).  The one padding of beta
+    in the package (GBCE's model too).
     """
+    if n_labels is not None and isinstance(betas, torch.Tensor) and betas.dim() == 2:
+        off = np.concatenate([[0], np.cumsum(np.asarray(n_labels, dtype=np.int64))])
+        betas = [betas[:, off[j]:off[j + 1]] for j in range(off.size - 1)]
     blocks = [torch.as_tensor(b, device=device) for b in betas]
     if dtype is None:
         dtype = blocks[0].dtype if blocks[0].is_floating_point() else torch.float64

@@ -55,35 +55,9 @@ from pyro import poutine
 from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
+from .bce import pad_beta
+
 __all__ = ["model", "guide", "pad_beta", "as_tensors"]
-
-
-def pad_beta(beta, n_labels) -> torch.Tensor:
-    """Stack per-column label distributions into one zero-padded tensor.
-
-    Parameters
-    ----------
-    beta : list of Tensor (K, k_j), or Tensor (K, sum_j k_j)
-        The label distributions, as a list or concatenated side by side.
-    n_labels : sequence of int, length M
-
-    Returns
-    -------
-    Tensor, shape (M, K, k_max); entries past ``k_j`` are 0.
-    """
-    n_labels = [int(k) for k in n_labels]
-    if isinstance(beta, torch.Tensor) and beta.dim() == 2:
-        blocks, start = [], 0
-        for k in n_labels:
-            blocks.append(beta[:, start:start + k])
-            start += k
-        beta = blocks
-    kmax = max(n_labels)
-    K = beta[0].shape[0]
-    out = beta[0].new_zeros(len(n_labels), K, kmax)
-    for j, b in enumerate(beta):
-        out[j, :, : n_labels[j]] = b
-    return out
 
 
 def as_tensors(labels, features=None, dtype=torch.float64):
@@ -154,7 +128,7 @@ def model(labels, n_labels, features=None, *, n_clusters, label_weight=1.0,
     if beta is None:
         beta = [pyro.param(f"beta_{j}", torch.full((K, int(k)), 1.0 / int(k), dtype=dtype),
                            constraint=constraints.simplex) for j, k in enumerate(n_labels)]
-    beta_pad = pad_beta(beta, n_labels)
+    beta_pad = pad_beta(beta, dtype=None, device=x.device, n_labels=n_labels)
     u = _weights(label_weight, M, dtype, "label_weight")
     with pyro.plate("rows", N, dim=-1):
         theta = pyro.sample("theta", dist.Dirichlet(alpha.expand(N, K)))

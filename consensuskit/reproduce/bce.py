@@ -546,10 +546,10 @@ def _fig5(rep, sizes, seed, progress):
                     warnings.simplefilter("ignore")
                     fit = fit_distributed(X, k, n_workers=P, mode=mode, max_iter=100, tol=1e-6,
                                           random_state=s0)
-                v = _mp(y, fit.labels)
+                v = _mp(y, fit.labels_)
                 vals.append(v)
                 rep.add_row("fig5", name, label, "MP", v, None, repeats=1, n_processes=P,
-                            n_iter=fit.n_iter, converged=fit.converged)
+                            n_iter=fit.n_iter_, converged=fit.converged_)
             curves[label] = (procs, vals)
             table.append([name, label] + [fmt(v) for v in vals])
         panels[name] = curves
