@@ -8,7 +8,7 @@ peak resident memory of the process (``ru_maxrss``) and the CPU and wall seconds
 epoch.  A benchmark, not a test.
 
     PYTHONPATH=. python experiments/bench_stream_svi.py --rows 10000000 --cols 20 \
-        --chunk 65536 --epochs 1 [--path /tmp/labels.int8]
+        --chunk 8192 --epochs 1 [--path /tmp/labels.int8]
 """
 
 import argparse
@@ -29,7 +29,7 @@ def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def write_labels(path, N, M, K=4, k=5, seed=0, chunk=1_000_000):
+def write_labels(path, N, M, K=4, k=5, seed=0, chunk=100_000):
     """Simulate N rows from MM's spec (fixed pi, theta) into an int8 memmap."""
     rs = np.random.default_rng(seed)
     pi = torch.tensor(rs.dirichlet(np.full(K, 5.0)))
@@ -71,7 +71,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--cols", type=int, default=20)
-    ap.add_argument("--chunk", type=int, default=65536)
+    ap.add_argument("--chunk", type=int, default=8192)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--path", default="/tmp/ck_stream_labels.npy")
     ap.add_argument("--jit", action="store_true")

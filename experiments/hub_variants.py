@@ -59,8 +59,8 @@ def user_lines(fn):
 
 
 def estimators(quick=False, nuts=False, seed=0):
-    steps = 300 if quick else 1500
-    hub = dict(n_clusters=K, random_state=seed, num_steps=steps,
+    steps = 300 if quick else 1000
+    hub = dict(n_clusters=K, random_state=seed, num_steps=steps, jit=True,
                n_posterior_draws=20 if quick else 100)
     if nuts:
         hub.update(inference="nuts", num_samples=100 if quick else 400,

@@ -101,7 +101,7 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
                  model_kwargs=None, num_steps=1000, learning_rate=0.02, clip_norm=10.0,
                  batch_size=None,
                  jit=False, num_particles=1, num_samples=300, warmup_steps=300, num_chains=2,
-                 max_tree_depth=8, n_posterior_draws=50, n_perplexity_samples=1000,
+                 max_tree_depth=6, n_posterior_draws=50, n_perplexity_samples=1000,
                  max_plate_nesting=None, verbose=False):
         self.model = model
         self.guide = guide

@@ -135,11 +135,15 @@ def _score_chunk(model, labels, globals_, model_kwargs, roles, num_particles, me
             sum_dims.add(enum_symbol)
             if name == membership:
                 member_symbol, member_dim = enum_symbol, site["infer"]["_enumerate_dim"]
-    target = frozenset({sym[_PARTICLES], sym[ROWS]} if S > 1 else {sym[ROWS]})
+    # size-1 dims (one row, one particle) appear in no packed factor: leave them out
+    present = set().union(*(t._pyro_dims for terms in tree.values() for t in terms))
+    target = frozenset(d for d in ({sym[_PARTICLES], sym[ROWS]} if S > 1 else {sym[ROWS]})
+                       if d in present)
     n = labels.shape[0]
 
     def particles_by_rows(t):
-        return t.reshape(t.shape[-(P + 1)] if t.dim() > P else 1, -1).expand(S, n)
+        t = t.reshape(t.shape[-(P + 1)] if t.dim() > P else 1, -1)
+        return t.expand(S, n) if t.shape[0] == S else t.reshape(1, -1).expand(S, n)
 
     lw = packed.unpack(contract_to_tensor(tree, sum_dims, target_ordinal=target),
                        tr.symbol_to_dim)
