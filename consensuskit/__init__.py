@@ -7,7 +7,7 @@ how well each model explains the labels.  Estimators are imported lazily so that
 and inference engines in :mod:`consensuskit.inference`.
 """
 
-from importlib import import_module
+from importlib import import_module as _import_module
 
 from .ensemble import Ensemble, as_ensemble
 
@@ -31,12 +31,20 @@ _LAZY = {
     "plot_comparison": "consensuskit.comparison",
 }
 
+#: Subpackages and modules reachable as attributes (imported on first use).
+_SUBMODULES = ("datasets", "ensemble", "generate", "metrics", "models", "inference")
+
 __all__ = ["Ensemble", "as_ensemble", "__version__", *_LAZY]
 
 
 def __getattr__(name):
     if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    if name in {"datasets", "ensemble", "generate", "metrics", "models", "inference"}:
-        return import_module(f"consensuskit.{name}")
+        return getattr(_import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        return _import_module(f"consensuskit.{name}")
     raise AttributeError(f"module 'consensuskit' has no attribute {name!r}")
+
+
+def __dir__():
+    """The public names, lazy ones included, so ``dir()`` and tab completion see them."""
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))

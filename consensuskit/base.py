@@ -23,6 +23,7 @@ __all__ = [
     "check_n_clusters",
     "check_positive_int",
     "check_positive_float",
+    "degenerate_advice",
     "resolve_device",
     "resolve_dtype",
     "torch_generator",
@@ -55,6 +56,26 @@ def check_n_clusters(n_clusters, n_samples: int, name: str = "n_clusters") -> in
     if k > n_samples:
         raise ValueError(f"{name}={k} is more than the number of samples ({n_samples})")
     return k
+
+
+def degenerate_advice(init: str, n_init: int, n_clusters: int) -> str:
+    """What to try when every restart ran into the degenerate optimum (sum(alpha) -> inf).
+
+    That optimum says the rows share no consensus structure at this K: every
+    ``theta_i`` collapses onto the prior mean.  The advice names only changes the
+    user has not already made (``init='kmeans'`` is suggested only when
+    ``init='random'`` was used).
+    """
+    tips = []
+    if init != "kmeans":
+        tips.append("init='kmeans' (the default)")
+    if n_clusters > 2:
+        tips.append(f"fewer clusters than n_clusters={n_clusters}")
+    tips.append(f"more restarts than n_init={n_init} or another random_state")
+    return ("The base clusterings may share too little structure for a consensus: check "
+            "that every column clusters the same rows in the same order (no ID column, no "
+            "shuffled rows), or try " + ", ".join(tips) + ", or MM, which has no alpha to "
+            "grow.")
 
 
 def resolve_device(device):

@@ -1,17 +1,24 @@
 """The ``consensuskit`` command line: ``demo``, ``fit`` and ``reproduce``.
 
-``consensuskit demo``
+``consensuskit demo [--figure PATH]``
     Builds an ensemble of 20 k-means partitions of iris, prints the quality of
-    each base partition and of every consensus model available.
+    each base partition and of every consensus model available (generative
+    models: held-out perplexity ± SE) and draws a figure of the comparison.
 ``consensuskit fit --model bce --n-clusters 3 labels.csv -o out.csv``
     Fits a consensus model to a CSV of base labels (one column per base
-    clustering; header optional; empty cell, NaN or -1 = missing) and writes the
-    consensus labels (plus membership columns where the model has them).
+    clustering; integer or named labels; header and index column optional;
+    empty field, NA or -1 = missing) and writes the consensus labels (plus
+    membership columns where the model has them).  Every hyper-parameter of the
+    model is an option (``consensuskit fit --model nbce --help`` lists NBCE's);
+    ``--heldout-fraction`` or ``--heldout FILE`` reports a held-out perplexity.
 ``consensuskit reproduce <name> [--quick | --smoke] [--out DIR] [--data PATH]``
     Runs a registered paper reproduction (see :mod:`consensuskit.reproduce`);
     the options are passed to reproductions that accept them.
 
-Bad input prints one line ``error: ...`` on stderr and exits with status 2.
+``--quiet`` (``-q``) may come anywhere on the line.  Bad input prints one line
+``error: ...`` on stderr and exits with status 2; messages about a file count
+its lines and columns from 1, as an editor shows them (see
+:mod:`consensuskit.label_files`).
 """
 
 from __future__ import annotations
@@ -21,8 +28,14 @@ import inspect
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
+
+from . import demo
+from .demo import CONSENSUS_MODELS
+from .estimator_options import add_estimator_options
+from .label_files import check_observed, encode_like, read_feature_table, read_label_table
 
 __all__ = ["main", "CONSENSUS_MODELS", "MODEL_CLASSES"]
 
@@ -42,6 +55,7 @@ MODEL_CLASSES = {
     "qmi": "QMI",
 }
 
+NUMBERING = "Messages count file lines and columns from 1, as an editor shows them."
 
 class CLIError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
@@ -49,160 +63,74 @@ class CLIError(Exception):
 
 def _import_estimator(class_name):
     """The estimator class, or raise ModuleNotFoundError if its module is not there yet."""
-    import consensuskit
-
-    return getattr(consensuskit, class_name)
-
-
-def _factory(class_name, **params):
-    """A demo entry: ``class_name`` from :mod:`consensuskit` with 3 clusters and ``params``."""
-
-    def make():
-        return _import_estimator(class_name)(random_state=0, **params)
-
-    return make
-
-
-#: Consensus models the demo tries, in order: ``(name, factory)``.  A factory
-#: whose estimator module does not exist (a trimmed installation) is skipped.
-CONSENSUS_MODELS = [
-    ("MM", _factory("MM", n_clusters=3)),
-    ("BCE", _factory("BCE", n_clusters=3)),
-    ("NBCE (Gibbs)", _factory("NBCE", truncation=10, n_samples=100, burn_in=100, n_chains=2)),
-    ("PCC (KL)", _factory("PCC", n_clusters=3, divergence="kl")),
-    ("KCC (UH)", _factory("KCC", n_clusters=3, utility="UH")),
-    ("CSPA", _factory("CSPA", n_clusters=3)),
-    ("HGPA", _factory("HGPA", n_clusters=3)),
-    ("MCLA", _factory("MCLA", n_clusters=3)),
-    ("HBGF", _factory("HBGF", n_clusters=3)),
-    ("EAC (average)", _factory("EAC", n_clusters=3, linkage="average")),
-    ("QMI", _factory("QMI", n_clusters=3)),
-]
-
-
-def _is_missing_module(exc: ImportError) -> bool:
-    name = getattr(exc, "name", None) or ""
-    return isinstance(exc, ModuleNotFoundError) and name.startswith("consensuskit")
-
-
-def _quality_row(y, labels):
-    from . import metrics
-
-    return (
-        metrics.micro_precision(y, labels),
-        metrics.accuracy(y, labels),
-        metrics.adjusted_rand(y, labels),
-        metrics.nmi(y, labels),
-    )
+    return demo._import_estimator(class_name)
 
 
 def _cmd_demo(args, out):
-    from . import datasets
-    from .ensemble import Ensemble
-    from .generate import kmeans_partitions
-
-    X, y = datasets.load("iris")
-    M = args.n_partitions
-    t0 = time.perf_counter()
-    L = kmeans_partitions(X, M, n_clusters=3, random_state=args.random_state,
-                          progress=not args.quiet)
-    ens = Ensemble.from_labels(L)
-    print(
-        f"iris: {X.shape[0]} points, {X.shape[1]} features, 3 classes; "
-        f"ensemble of {M} k-means partitions (k=3, random init) "
-        f"built in {time.perf_counter() - t0:.2f} s",
-        file=out,
-    )
-    header = f"{'partition':<12}{'k':>3}{'MP':>8}{'acc':>8}{'ARI':>8}{'NMI':>8}"
-    print("\nbase partitions", file=out)
-    print(header, file=out)
-    rows = []
-    for j in range(M):
-        q = _quality_row(y, L[:, j])
-        rows.append(q)
-        print(f"{j:<12d}{ens.n_labels[j]:>3d}" + "".join(f"{v:>8.3f}" for v in q), file=out)
-    Q = np.asarray(rows)
-    for name, fn in (("mean", np.mean), ("min", np.min), ("max", np.max)):
-        print(f"{name:<15}" + "".join(f"{v:>8.3f}" for v in fn(Q, axis=0)), file=out)
-
-    results = []
-    for name, factory in CONSENSUS_MODELS:
-        try:
-            est = factory()
-        except ImportError as exc:
-            if _is_missing_module(exc):
-                continue  # model not available yet
-            raise
-        t0 = time.perf_counter()
-        est.fit(ens)
-        seconds = time.perf_counter() - t0
-        ppl = est.perplexity(ens) if hasattr(est, "perplexity") else None
-        n_found = int(np.unique(est.labels_).size)
-        results.append((name, n_found, _quality_row(y, est.labels_), ppl, seconds))
-    if results:
-        print("\nconsensus models", file=out)
-        print(f"{'model':<15}{'K':>3}{'MP':>8}{'acc':>8}{'ARI':>8}{'NMI':>8}{'perplexity':>12}"
-              f"{'time':>8}", file=out)
-        for name, n_found, q, ppl, seconds in results:
-            p = f"{ppl:>12.4f}" if ppl is not None else f"{'-':>12}"
-            print(f"{name:<15}{n_found:>3d}" + "".join(f"{v:>8.3f}" for v in q) + p
-                  + f"{seconds:>7.2f}s", file=out)
-        print("(K: clusters found; perplexity: training rows, generative models only)",
-              file=out)
-    else:
-        print("\n(no consensus model is available yet)", file=out)
+    figure = None if args.no_figure else args.figure
+    demo.run(out, n_partitions=args.n_partitions, random_state=args.random_state,
+             figure=figure, progress=not args.quiet)
     return 0
 
 
-def _read_label_csv(path):
-    """Read a CSV of base labels; detect a header row; return an int64 matrix (-1 missing)."""
-    import pandas as pd
+def _note(args, text):
+    if not args.quiet:
+        print(text, file=sys.stderr)
 
-    if not os.path.exists(path):
-        raise CLIError(f"file not found: {path}")
+
+def _estimator_kwargs(args, cls):
+    """The model options given on the command line, plus seed and progress settings."""
+    params = inspect.signature(cls.__init__).parameters
+    kwargs = {name[len("param__"):]: value for name, value in vars(args).items()
+              if name.startswith("param__")}
+    if "random_state" in params:
+        kwargs["random_state"] = args.random_state
+    if "verbose" in params:
+        kwargs["verbose"] = not args.quiet
+    elif "progress" in params:
+        kwargs["progress"] = not args.quiet
+    return kwargs
+
+
+def _split(args, table):
+    """(train rows, test rows or None) of the label file."""
+    from .heldout import split_rows
+
+    if args.heldout_fraction is None:
+        return np.arange(table.codes.shape[0]), None
     try:
-        raw = pd.read_csv(path, header=None, dtype=str, keep_default_na=False,
-                          skipinitialspace=True)
-    except pd.errors.EmptyDataError as exc:
-        raise CLIError(f"{path} is empty") from exc
-    except pd.errors.ParserError as exc:
-        raise CLIError(f"cannot parse {path}: {exc}") from exc
+        train, test = split_rows(table.codes.shape[0], args.heldout_fraction, args.random_state)
+    except ValueError as exc:
+        raise CLIError(f"--heldout-fraction: {exc}") from exc
+    check_observed(table, train, " among the training rows (change --random-state or "
+                   "--heldout-fraction)")
+    return train, test
 
-    def numeric_or_missing(v):
-        v = v.strip()
-        if v in ("", "NA", "NaN", "nan", "None"):
-            return True
-        try:
-            float(v)
-        except ValueError:
-            return False
-        return True
 
-    has_header = not all(numeric_or_missing(v) for v in raw.iloc[0])
-    body = raw.iloc[1:] if has_header else raw
-    if body.shape[0] == 0:
-        raise CLIError(f"{path} has no rows of labels")
-    values = np.empty(body.shape, dtype=np.float64)
-    first = 2 if has_header else 1
-    for j in range(body.shape[1]):
-        col = body.iloc[:, j].str.strip()
-        missing = col.isin(["", "NA", "NaN", "nan", "None"])
-        num = pd.to_numeric(col.where(~missing), errors="coerce")
-        bad = num.isna() & ~missing
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
+def _unseen_to_missing(args, table, train, test):
+    """Held-out rows' codes; a label no training row shows: error or missing (--unknown-labels)."""
+    codes = table.codes[test].copy()
+    n_unknown = 0
+    for j in range(codes.shape[1]):
+        seen = np.zeros(len(table.categories[j]) + 1, dtype=bool)
+        seen[table.codes[train, j][table.codes[train, j] >= 0]] = True
+        bad = (codes[:, j] >= 0) & ~seen[np.maximum(codes[:, j], 0)]
+        if bad.any() and args.unknown_labels == "error":
+            i = test[np.flatnonzero(bad)[0]]
+            value = table.categories[j][table.codes[i, j]]
             raise CLIError(
-                f"{path}: line {i + first}, column {j + 1}: {col.iloc[i]!r} is not an "
-                "integer label"
-            )
-        values[:, j] = num.to_numpy(dtype=np.float64)
-    return values
+                f"{table.where(i, j)}: held-out label {value!r} occurs in no training row of "
+                "this column; pass --unknown-labels missing to count such labels as missing")
+        codes[bad, j] = -1
+        n_unknown += int(bad.sum())
+    return codes, n_unknown
 
 
 def _cmd_fit(args, out):
     import pandas as pd
 
     from .ensemble import Ensemble
+    from .heldout import heldout_perplexity
 
     class_name = MODEL_CLASSES[args.model]
     try:
@@ -212,50 +140,92 @@ def _cmd_fit(args, out):
             f"model {args.model!r} ({class_name}) is not available in this installation "
             f"({exc})"
         ) from exc
-    X = _read_label_csv(args.labels)
-    ens = Ensemble.from_labels(X)
-    if args.n_clusters > ens.n_samples:
-        raise CLIError(f"--n-clusters {args.n_clusters} exceeds the {ens.n_samples} rows")
-    params = inspect.signature(cls.__init__).parameters
-    kwargs = {}
-    if "n_clusters" in params:
-        kwargs["n_clusters"] = args.n_clusters
-    elif "truncation" in params:  # NBCE: K is a truncation level, not a target
-        kwargs["truncation"] = args.n_clusters
-    if "random_state" in params:
-        kwargs["random_state"] = args.random_state
-    if "verbose" in params:
-        kwargs["verbose"] = not args.quiet
-    elif "progress" in params:
-        kwargs["progress"] = not args.quiet
-    est = cls(**kwargs)
+    if getattr(args, "n_clusters_misplaced", None) is not None:
+        raise CLIError(f"{class_name} infers the number of clusters and has no --n-clusters; "
+                       "--truncation sets its upper bound")
+    wants_heldout = args.heldout is not None or args.heldout_fraction is not None
+    if wants_heldout and not hasattr(cls, "perplexity"):
+        generative = sorted(m for m, c in MODEL_CLASSES.items()
+                            if hasattr(_import_estimator(c), "perplexity"))
+        raise CLIError(f"a held-out perplexity needs a generative model ({', '.join(generative)}"
+                       f"); {args.model} gives a consensus partition only")
+    table = read_label_table(args.labels, header=args.header, index_col=args.index_col,
+                             allow_singletons=args.allow_singletons)
+    train, test = _split(args, table)
+    n_train = train.size
+    n_clusters = getattr(args, "param__n_clusters", None)
+    if n_clusters is not None and n_clusters > n_train:
+        raise CLIError(f"--n-clusters {n_clusters} exceeds the {n_train} rows it is fitted on")
+    fit_kwargs = {}
+    if getattr(args, "features", None) is not None:
+        F = read_feature_table(args.features, table.codes.shape[0])
+        fit_kwargs["features"] = F[train]
+    other, n_unknown = None, 0  # held-out labels checked before the fit, to fail fast
+    if args.heldout is not None:
+        other, n_unknown = encode_like(table, args.heldout, unknown=args.unknown_labels)
+    if test is not None:
+        test_codes, n_unknown = _unseen_to_missing(args, table, train, test)
+    ens = Ensemble.from_labels(table.codes[train])
+    est = cls(**_estimator_kwargs(args, cls))
     t0 = time.perf_counter()
-    est.fit(ens)
+    est.fit(ens, **fit_kwargs)
     seconds = time.perf_counter() - t0
-    table = {"consensus": np.asarray(est.labels_, dtype=np.int64)}
+
+    table_out = {}
+    if table.index is not None:
+        table_out[table.index_name] = table.index
+    labels = np.full(table.codes.shape[0], -1, dtype=np.int64)
+    labels[train] = np.asarray(est.labels_, dtype=np.int64)
     member = getattr(est, "membership_", None)
     if member is None and hasattr(est, "predict_proba"):
         member = est.predict_proba(ens)
+    held = None
+    if test is not None:
+        table_out["split"] = np.where(np.isin(np.arange(labels.size), test), "heldout", "train")
+        held = heldout_perplexity(est, test_codes, unknown="missing",
+                                  random_state=args.random_state)
+        proba = None
+        if hasattr(est, "predict_proba"):
+            extra = {"features": F[test]} if "features" in fit_kwargs else {}
+            proba = np.asarray(est.predict_proba(test_codes, unknown="missing", **extra))
+            labels[test] = proba.argmax(1)
+    table_out["consensus"] = labels
     if member is not None:
         member = np.asarray(member, dtype=np.float64)
+        full = np.full((labels.size, member.shape[1]), np.nan)
+        full[train] = member
+        if test is not None and proba is not None and proba.shape[1] == member.shape[1]:
+            full[test] = proba
         for k in range(member.shape[1]):
-            table[f"p{k}"] = member[:, k]
-    df = pd.DataFrame(table)
+            table_out[f"p{k}"] = full[:, k]
+    df = pd.DataFrame(table_out)
     if args.output in (None, "-"):
         df.to_csv(out, index=False)
     else:
         df.to_csv(args.output, index=False)
-    if not args.quiet:
-        extra = ""
-        if hasattr(est, "perplexity"):
-            extra = f", training perplexity {est.perplexity(ens):.4f}"
-        dest = "stdout" if args.output in (None, "-") else args.output
-        print(
-            f"{class_name}: {ens.n_samples} rows x {ens.n_partitions} base clusterings, "
-            f"{len(np.unique(est.labels_))} consensus clusters{extra} "
-            f"({seconds:.2f} s); wrote {dest}",
-            file=sys.stderr,
-        )
+
+    if args.heldout is not None:
+        held = heldout_perplexity(est, other.codes, unknown="missing",
+                                  random_state=args.random_state)
+    dest = "stdout" if args.output in (None, "-") else args.output
+    header = "header on line 1" if table.header else "no header line"
+    named = ", ".join(table.column_label(j) for j in table.recoded)
+    recoded = f"; named labels recoded in {named}" if named else ""
+    _note(args, f"read {table.codes.shape[0]} rows x {table.codes.shape[1]} base clusterings "
+                f"from {args.labels} ({header}{recoded})")
+    extra = ""
+    if hasattr(est, "perplexity") and not args.quiet:
+        extra = f", training perplexity {est.perplexity(ens):.4f}"
+    _note(args, f"{class_name}: fitted on {n_train} rows, "
+                f"{len(np.unique(est.labels_))} consensus clusters{extra} "
+                f"({seconds:.2f} s); wrote {dest}")
+    if held is not None:
+        where = args.heldout if args.heldout is not None else (
+            f"{held.n_rows} held-out rows ({args.heldout_fraction:g} of {args.labels})")
+        unknown = (f"; {n_unknown} label(s) never seen in training counted as missing"
+                   if n_unknown else "")
+        # a requested result: printed even with --quiet
+        print(f"held-out perplexity on {where}: {held}{unknown}", file=sys.stderr)
     return 0
 
 
@@ -289,30 +259,98 @@ def _cmd_reproduce(args, out):
     return int(status or 0)
 
 
-def _build_parser():
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """A warning as one line ``warning: ...`` on stderr (shown even with --quiet)."""
+    print(f"warning: {message} ({category.__name__})", file=sys.stderr)
+
+
+def _model_in(argv):
+    """The value of ``--model`` on a ``fit`` command line, or None (first parsing pass)."""
+    argv = list(argv)
+    if "fit" not in argv:
+        return None
+    for i, arg in enumerate(argv):
+        if arg == "--model" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--model="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _build_parser(model=None):
+    """The argument parser; ``model`` (a ``--model`` name) adds that model's options to ``fit``."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="silence progress bars and notes (anywhere on the line)")
     parser = argparse.ArgumentParser(
-        prog="consensuskit",
+        prog="consensuskit", parents=[common],
         description="Probabilistic models for cluster ensembles (consensus clustering).",
+        epilog=NUMBERING,
     )
-    parser.add_argument("--quiet", action="store_true", help="silence progress bars and notes")
     sub = parser.add_subparsers(dest="command", metavar="{demo,fit,reproduce}")
     sub.required = True
 
-    demo = sub.add_parser("demo", help="consensus of k-means partitions of iris")
-    demo.add_argument("--n-partitions", type=int, default=20, help="base clusterings (20)")
-    demo.add_argument("--random-state", type=int, default=0, help="seed (0)")
-    demo.set_defaults(func=_cmd_demo)
+    demo_cmd = sub.add_parser("demo", parents=[common],
+                              help="consensus of k-means partitions of iris, with a figure")
+    demo_cmd.add_argument("--n-partitions", type=int, default=20, help="base clusterings (20)")
+    demo_cmd.add_argument("--random-state", type=int, default=0, help="seed (0)")
+    demo_cmd.add_argument("--figure", default="consensuskit_demo.png",
+                          help="where to write the figure (default: consensuskit_demo.png)")
+    demo_cmd.add_argument("--no-figure", action="store_true", help="print the tables only")
+    demo_cmd.set_defaults(func=_cmd_demo)
 
-    fit = sub.add_parser("fit", help="fit a consensus model to a CSV of base labels")
+    fit = sub.add_parser(
+        "fit", parents=[common], help="fit a consensus model to a CSV of base labels",
+        description="Fit a consensus model to a CSV of base labels and write the consensus. "
+                    "Run 'consensuskit fit --model NAME --help' for the model's own options.",
+        epilog=NUMBERING)
     fit.add_argument("--model", required=True, choices=sorted(MODEL_CLASSES))
-    fit.add_argument("--n-clusters", type=int, required=True,
-                     help="number of consensus clusters (NBCE: truncation level)")
-    fit.add_argument("labels", help="CSV: one column per base clustering, -1/empty = missing")
+    fit.add_argument("labels", help="CSV: one column per base clustering; integer or named "
+                                    "labels; empty, NA or -1 = missing")
     fit.add_argument("-o", "--output", default=None, help="output CSV (default: stdout)")
-    fit.add_argument("--random-state", type=int, default=0, help="seed (0)")
+    fit.add_argument("--random-state", type=int, default=0,
+                     help="seed of the model and of the held-out split (0)")
+    data = fit.add_argument_group("reading the label file")
+    data.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
+                      help="line 1 is (not) a header; default: decided from the content, "
+                           "an error if it cannot be")
+    data.add_argument("--index-col", metavar="COL", default=None,
+                      help="column of row identifiers (header name or number from 1): not a "
+                           "clustering; copied to the output")
+    data.add_argument("--allow-singletons", action="store_true",
+                      help="accept a column with a different label on every line (refused by "
+                           "default as an ID column)")
+    held = fit.add_argument_group("held-out perplexity (generative models)")
+    where = held.add_mutually_exclusive_group()
+    where.add_argument("--heldout-fraction", type=float, default=None, metavar="F",
+                       help="hold out this fraction of the rows (random, --random-state): fit on "
+                            "the rest, label the held-out rows by fold-in (column 'split') and "
+                            "report their perplexity ± SE")
+    where.add_argument("--heldout", metavar="FILE", default=None,
+                       help="a second label file, same columns: report its perplexity ± SE")
+    held.add_argument("--unknown-labels", choices=("error", "missing"), default="error",
+                      help="a held-out label that training never showed: an error (default) "
+                           "or counted as missing")
+    if model in MODEL_CLASSES:
+        try:
+            cls = _import_estimator(MODEL_CLASSES[model])
+        except ImportError:
+            cls = None  # reported by the fit command
+        if cls is not None:
+            group = fit.add_argument_group(f"{cls.__name__} options (its constructor's "
+                                           "parameters; unset = the model's default)")
+            add_estimator_options(group, cls, taken=set(fit._option_string_actions))
+            params = inspect.signature(cls.__init__).parameters
+            if "n_clusters" not in params:
+                fit.add_argument("--n-clusters", dest="n_clusters_misplaced", type=int,
+                                 default=None, help=argparse.SUPPRESS)
+            if "features" in inspect.signature(cls.fit).parameters:
+                group.add_argument("--features", metavar="FILE", default=None,
+                                   help="CSV of numeric features, one line per label line "
+                                        "(header optional)")
     fit.set_defaults(func=_cmd_fit)
 
-    rep = sub.add_parser("reproduce", help="regenerate a published table")
+    rep = sub.add_parser("reproduce", parents=[common], help="regenerate a published table")
     rep.add_argument("name", nargs="?", default=None, help="reproduction name (omit to list)")
     size = rep.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true",
@@ -334,19 +372,32 @@ def _build_parser():
 
 def main(argv=None) -> int:
     """Entry point of the ``consensuskit`` command; returns the exit status."""
-    parser = _build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    model = _model_in(argv)
+    parser = _build_parser(model)
     args = parser.parse_args(argv)
+    args.quiet = getattr(args, "quiet", False)
     if getattr(args, "n_partitions", 1) < 1:
         parser.error("--n-partitions must be >= 1")
-    if getattr(args, "n_clusters", 1) < 1:
-        parser.error("--n-clusters must be >= 1")
     if getattr(args, "repeats", None) is not None and args.repeats < 1:
         parser.error("--repeats must be >= 1")
+    if args.command == "fit":
+        try:
+            params = inspect.signature(
+                _import_estimator(MODEL_CLASSES[args.model]).__init__).parameters
+        except ImportError:
+            params = {}
+        if "n_clusters" in params and not hasattr(args, "param__n_clusters"):
+            parser.error(f"--n-clusters is required for --model {args.model}")
+        if getattr(args, "param__n_clusters", 1) < 1:
+            parser.error("--n-clusters must be >= 1")
     previous = os.environ.get("TQDM_DISABLE")
     if args.quiet:  # silences every tqdm bar, including those inside estimators
         os.environ["TQDM_DISABLE"] = "1"
     try:
-        return args.func(args, sys.stdout)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning  # restored on exit
+            return args.func(args, sys.stdout)
     except (CLIError, ValueError, TypeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

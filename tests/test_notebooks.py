@@ -1,5 +1,9 @@
 """Execute the tutorial notebooks in quick mode and check the figures they save.
 
+The sources are the jupytext percent files ``notebooks/*.py``; the committed
+``notebooks/*.ipynb`` are their executed copies (``make notebooks``), checked
+here to hold the same cells, with outputs and without errors or widget warnings.
+
 Each notebook is run with nbclient in a kernel started from *this* interpreter
 (``sys.executable -m ipykernel_launcher``, via a kernelspec written to a temporary
 directory), so the test works from any virtual environment without a registered
@@ -21,22 +25,23 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
+jupytext = pytest.importorskip("jupytext")
 pytest.importorskip("ipykernel")
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 
 EXPECTED_FIGURES = {
-    "01_quickstart.ipynb": ["quickstart_comparison"],
-    "02_posterior_analysis.ipynb": ["posterior_trace", "posterior_n_clusters",
-                                    "posterior_coclustering", "posterior_uncertain_points"],
-    "03_extending_a_model.ipynb": ["extending_reliability", "extending_perplexity"],
+    "01_quickstart.py": ["quickstart_comparison"],
+    "02_posterior_analysis.py": ["posterior_trace", "posterior_n_clusters",
+                                 "posterior_coclustering", "posterior_uncertain_points"],
+    "03_extending_a_model.py": ["extending_reliability", "extending_perplexity"],
 }
 
 # Test-owned checks appended as a last cell: they run in the notebook's namespace
 # and assert on its results (not only that it ran).
 CHECKS = {
-    "01_quickstart.ipynb": """
+    "01_quickstart.py": """
 assert len(table) == 12 and set(GENERATIVE) <= set(table.index), table.index
 gen_ppl = table.loc[sorted(GENERATIVE), ["perplexity (train)", "perplexity (held-out)"]]
 assert np.isfinite(gen_ppl.to_numpy()).all() and (gen_ppl.to_numpy() >= 1).all(), gen_ppl
@@ -45,7 +50,7 @@ assert (gen_ppl.to_numpy() < 3).all(), gen_ppl
 assert table[scores].to_numpy().min() >= -1 and table[scores].to_numpy().max() <= 1
 assert table.loc["BCE", "accuracy"] > 0.7 and table.loc["MM", "accuracy"] > 0.7, table
 """,
-    "02_posterior_analysis.ipynb": """
+    "02_posterior_analysis.py": """
 assert {"r_hat", "ess_bulk"} <= set(summary.columns)
 assert set(summary.index) == set(var_names) and np.isfinite(summary["ess_bulk"]).all()
 assert abs(counts.sum() - 1) < 1e-12 and (counts.index >= 1).all()
@@ -55,7 +60,7 @@ assert ((doubt >= 0) & (doubt <= 1)).all() and (row_entropy >= 0).all()
 setosa = truth == truth[0]
 assert P[np.ix_(setosa, setosa)].mean() > 0.9
 """,
-    "03_extending_a_model.ipynb": """
+    "03_extending_a_model.py": """
 ref_ppl, ref_se = bce_cavi_model.perplexity(ens_test.codes, return_se=True, unknown="missing")
 own_ppl, own_se = perplexity_is(bce_cavi_model.alpha_, bce_cavi_model.beta_, ens_test)
 assert abs(own_ppl - ref_ppl) < 0.01 * ref_ppl, (own_ppl, ref_ppl)
@@ -96,7 +101,7 @@ def _run(name, kernel_dir, tmp_path, monkeypatch):
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import KernelManager
 
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nb = jupytext.read(NOTEBOOKS / name)
     _inject_quick(nb)
     check = nbformat.v4.new_code_cell(CHECKS[name])
     check.metadata["tags"] = ["test-checks"]
@@ -134,13 +139,14 @@ def _errors(nb):
 
 
 @pytest.mark.parametrize("name", [
-    "01_quickstart.ipynb",
-    pytest.param("02_posterior_analysis.ipynb", marks=pytest.mark.slow),
-    pytest.param("03_extending_a_model.ipynb", marks=pytest.mark.slow),
+    "01_quickstart.py",
+    pytest.param("02_posterior_analysis.py", marks=pytest.mark.slow),
+    pytest.param("03_extending_a_model.py", marks=pytest.mark.slow),
 ])
 def test_notebook_executes_and_saves_figures(name, kernel_dir, tmp_path, monkeypatch):
     nb, figures = _run(name, kernel_dir, tmp_path, monkeypatch)
     assert not _errors(nb)
+    assert not _warnings(nb), _warnings(nb)
     for fig in EXPECTED_FIGURES[name]:
         _check_png(figures / f"{fig}.png")
     assert nb.cells[-1].execution_count is not None  # the checks cell ran
@@ -149,17 +155,37 @@ def test_notebook_executes_and_saves_figures(name, kernel_dir, tmp_path, monkeyp
     assert injected and injected[0].execution_count is not None
 
 
-def test_notebooks_are_generated_and_cleared():
-    """The committed notebooks equal the generator's output (no stale code, no outputs)."""
-    sys.path.insert(0, str(ROOT / "experiments"))
-    try:
-        import build_notebooks
-    finally:
-        sys.path.pop(0)
-    for name, nb in build_notebooks.notebooks().items():
-        on_disk = nbformat.read(NOTEBOOKS / name, as_version=4)
-        assert nbformat.writes(on_disk) == nbformat.writes(nb), f"{name} is stale"
-        for cell in on_disk.cells:
-            if cell.cell_type == "code":
-                assert cell.outputs == [] and cell.execution_count is None
-    assert set(EXPECTED_FIGURES) == set(build_notebooks.notebooks()) == set(CHECKS)
+WIDGET_WARNINGS = ("IProgress not found", "TqdmWarning", "TqdmExperimentalWarning",
+                   "ipywidgets")
+
+
+def _warnings(nb):
+    """tqdm / ipywidgets warnings printed by any cell (e.g. "IProgress not found")."""
+    text = " ".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
+                    for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    return [w for w in WIDGET_WARNINGS if w in text]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_FIGURES))
+def test_committed_notebook_is_the_executed_source(name):
+    """notebooks/X.ipynb holds the cells of notebooks/X.py, all run, with outputs, no errors."""
+    source = jupytext.read(NOTEBOOKS / name)
+    committed = nbformat.read(NOTEBOOKS / name.replace(".py", ".ipynb"), as_version=4)
+    assert [(c.cell_type, c.source) for c in committed.cells] == \
+        [(c.cell_type, c.source) for c in source.cells], f"{name}: run 'make notebooks'"
+    code = [c for c in committed.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code), f"{name} was not executed"
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1))
+    assert not _errors(committed)
+    images = [o for c in code for o in c.outputs if "image/png" in o.get("data", {})]
+    assert len(images) >= len(EXPECTED_FIGURES[name])
+    assert not _warnings(committed), _warnings(committed)
+    assert "parameters" in code[0].metadata.get("tags", [])  # QUICK can be injected
+    assert committed.metadata["jupytext"]["formats"] == "ipynb,py:percent"
+
+
+def test_every_source_has_checks_and_figures():
+    sources = {p.name for p in NOTEBOOKS.glob("0*.py")}
+    assert sources == set(EXPECTED_FIGURES) == set(CHECKS)
+    assert {p.name for p in NOTEBOOKS.glob("0*.ipynb")} == {
+        n.replace(".py", ".ipynb") for n in sources}

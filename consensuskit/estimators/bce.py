@@ -15,6 +15,7 @@ from ..base import (
     check_n_clusters,
     check_positive_float,
     check_positive_int,
+    degenerate_advice,
     resolve_device,
     resolve_dtype,
     torch_generator,
@@ -218,8 +219,9 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
             warnings.warn(
                 f"every {type(self).__name__} restart ran into the degenerate optimum "
                 "(sum(alpha) grew past 10 times the most (weighted) labels of a row); "
-                "returning the best bound. Try another random_state, more n_init or fewer "
-                "n_clusters.", RuntimeWarning, stacklevel=4)
+                "returning the best bound. "
+                + degenerate_advice(self.init, self.n_init, int(state.alpha.shape[-1])),
+                RuntimeWarning, stacklevel=4)
         self._alpha_t = state.alpha.detach()
         self._beta_t = state.beta.detach()
         if device is not None:
