@@ -14,8 +14,8 @@ ways to feed it:
 
 The ELBO is ``TraceEnum_ELBO`` when the model marks sites for enumeration (else
 ``Trace_ELBO``), JIT-compiled with ``jit=True`` and with ``num_particles`` vectorised
-particles.  :class:`SVIEngine` is the loop's state, one step and its objective, so a
-fit driver can run it.
+particles.  :class:`SVIDriverEngine` is SVI as an engine of the fit driver (state, one
+step, objective): :func:`fit_svi` runs it there; :class:`SVIEngine` is the bare step.
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ from pyro import poutine
 from pyro.infer import SVI, JitTrace_ELBO, JitTraceEnum_ELBO, Trace_ELBO, TraceEnum_ELBO
 from pyro.optim import Adam, ClippedAdam
 
-__all__ = ["make_elbo", "SVIEngine", "SVIFit", "fit_svi", "stream_svi", "iter_row_chunks"]
+from .driver import Engine
+
+__all__ = ["make_elbo", "SVIEngine", "SVIDriverEngine", "SVIFit", "fit_svi", "stream_svi",
+           "iter_row_chunks"]
 
 
 def _has_enumeration(model, args, kwargs):
@@ -93,10 +96,48 @@ class SVIEngine:
         return pyro.get_param_store().get_state()
 
 
+class SVIDriverEngine(Engine):
+    """SVI as an engine of the fit driver (:mod:`consensuskit.inference.driver`).
+
+    ``state`` is the run's param-store state and its last loss; each ``step`` takes one
+    gradient step inside that state's scope, so restarts never share parameters.  Adam's
+    moments live in the engine (a resumed run restarts them).
+    """
+
+    def __init__(self, model, guide, elbo, args, kwargs, *, learning_rate=0.05,
+                 clip_norm=None):
+        self.model, self.guide, self.elbo = model, guide, elbo
+        self.args, self.kwargs = args, kwargs
+        self.learning_rate, self.clip_norm = learning_rate, clip_norm
+
+    def init(self, rng, run=0):
+        pyro.set_rng_seed(int(rng.randint(2**31 - 1)))
+        self._svi = SVIEngine(self.model, self.guide, self.elbo,
+                              learning_rate=self.learning_rate, clip_norm=self.clip_norm)
+        return {"param_state": {"params": {}, "constraints": {}}, "loss": math.inf,
+                "step": 0}
+
+    def step(self, state, rng):
+        with pyro.get_param_store().scope(state["param_state"]) as st:
+            loss = self._svi.step(*self.args, **self.kwargs)
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"SVI loss is {loss} at step {state['step']}: lower learning_rate, set "
+                "clip_norm, or give the latent sites priors that keep them inside their "
+                "support")
+        return {"param_state": st, "loss": loss, "step": state["step"] + 1}
+
+    def objective(self, state) -> float:
+        return -state["loss"]
+
+
 def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate=0.05,
             batch_size=None, max_plate_nesting=2, jit=False, num_particles=1, seed=None,
-            progress=False, desc="SVI", param_state=None, clip_norm=None) -> SVIFit:
+            progress=False, desc="SVI", clip_norm=None, n_runs=1) -> SVIFit:
     """Fit ``model``/``guide`` on ``labels`` (N, M) by SVI, full batch or on minibatches.
+
+    Runs under the fit driver (:func:`consensuskit.inference.driver.fit`): ``n_runs``
+    restarts, the best final ELBO kept, a progress bar.
 
     Parameters
     ----------
@@ -105,49 +146,42 @@ def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate
     model_kwargs : dict
         ``n_labels``, ``n_clusters`` and hyper-parameters, passed to model and guide.
     num_steps : int
-        Gradient steps.
+        Gradient steps per run.
     batch_size : int, optional
         Rows per step (the rows plate's ``subsample_size``); None: all rows.
     jit, num_particles : see :func:`make_elbo`.
     seed : int, optional
-        Seeds Pyro (parameters' random inits, minibatches, particles).
-    param_state : dict, optional
-        Param-store state to start from (e.g. initial values); the run happens in its
-        own scope either way, so the global param store is untouched.
+        Seeds the runs (parameters' random inits, minibatches, particles).
     clip_norm : float, optional
         Clip gradient norms (``ClippedAdam``).
+    n_runs : int
+        Restarts.
 
     Returns
     -------
-    SVIFit with the loss of every step (each evaluated before its update), the final
-    param-store state and ``extra["final_loss"]``, the loss at the final parameters.
+    SVIFit with the loss of every step of the kept run (each evaluated before its
+    update), its param-store state and ``extra["final_loss"]``, the loss at the final
+    parameters.  The global param store is untouched.
     """
-    if seed is not None:
-        pyro.set_rng_seed(int(seed))
+    from sklearn.utils import check_random_state
+
+    from .driver import fit as drive
+
     kw = dict(model_kwargs)
     if batch_size is not None and batch_size < labels.shape[0]:
         kw["subsample_size"] = int(batch_size)
     elbo = make_elbo(model, (labels,), kw, max_plate_nesting=max_plate_nesting, jit=jit,
                      num_particles=num_particles)
-    engine = SVIEngine(model, guide, elbo, learning_rate=learning_rate, clip_norm=clip_norm)
-    it = range(num_steps)
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(it, desc=desc)
+    engine = SVIDriverEngine(model, guide, elbo, (labels,), kw, learning_rate=learning_rate,
+                             clip_norm=clip_norm)
     t0 = time.process_time()
-    with pyro.get_param_store().scope(param_state) as state:
-        losses = []
-        for step in it:
-            losses.append(engine.step(labels, **kw))
-            if not math.isfinite(losses[-1]):
-                raise FloatingPointError(
-                    f"SVI loss is {losses[-1]} at step {step}: lower learning_rate, set "
-                    "clip_norm, or give the latent sites priors that keep them inside "
-                    "their support")
-        final = float(engine.svi.evaluate_loss(labels, **kw))  # at the final parameters
-    return SVIFit(losses, state, num_steps, time.process_time() - t0,
-                  extra={"final_loss": final})
+    res = drive(engine, max_iter=num_steps, n_runs=n_runs, tol=None,
+                rng=check_random_state(seed), progress=progress, desc=desc, unit="step")
+    state = res.best.params["param_state"]
+    with pyro.get_param_store().scope(state):
+        final = float(engine._svi.svi.evaluate_loss(labels, **kw))
+    return SVIFit([-v for v in res.best.objectives], state, res.best.n_iter,
+                  time.process_time() - t0, extra={"final_loss": final})
 
 
 def iter_row_chunks(source, chunk_size, *, shuffle=False, random_state=None):
