@@ -81,7 +81,12 @@ def read_checkpoint(path, est, ensemble, extra_digest: str = "") -> dict:
             f"{path}: checkpoint was written with other hyper-parameters ({', '.join(diff)}); "
             "resume with the same settings"
         )
-    return ck["state"]
+    state = ck["state"]
+    missing = {"run", "iteration", "objectives", "state", "runs"} - set(state)
+    if missing:
+        raise ValueError(f"{path}: checkpoint was written by an older consensuskit (before the "
+                         "one fit driver); it cannot be resumed, start the fit again")
+    return state
 
 
 def checkpoint_writer(est, ensemble, extra_digest: str = ""):

@@ -180,6 +180,7 @@ def test_row_sequential_heuristic(data):
     np.testing.assert_allclose(one.alpha_, ref.alpha_, rtol=0, atol=1e-12)
     np.testing.assert_allclose(np.concatenate(one.beta_, 1), np.concatenate(ref.beta_, 1),
                                rtol=0, atol=1e-12)
+    np.testing.assert_allclose(one.lower_bounds_, ref.lower_bounds_, rtol=1e-12)
     fit = fit_distributed(X, K, n_workers=P, mode="row-sequential", random_state=0,
                           max_iter=30, tol=1e-8, timeout=60)
     from sklearn.metrics import adjusted_rand_score
@@ -190,9 +191,12 @@ def test_row_sequential_heuristic(data):
     for log in fit_messages(fit):
         for m in log:
             assert m.dtype == "torch.float64" and X.shape[0] not in m.shape
-        # each rank passes the parameters on once per iteration it ran
-        hops = [m for m in log if m.name == "rowseq/params" and m.role == "send"]
-        assert fit.n_iter_ - 1 <= len(hops) <= fit.n_iter_ + 1
+    for r, log in enumerate(fit_messages(fit)):
+        # each rank passes the parameters on once per iteration (rank P-1 by its broadcast
+        # of the round's parameters and summed bound)
+        sent = [m.name for m in log if m.role == "send"]
+        expect = "rowseq/round" if r == P - 1 else "rowseq/params"
+        assert sent == [expect] * fit.n_iter_
 
 
 def test_in_process_single_rank_equals_estimator(data):

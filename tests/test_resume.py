@@ -181,6 +181,19 @@ def test_resume_refuses_other_data_or_parameters(tmp_path):
             X, resume_from=path)
 
 
+def test_checkpoint_of_an_older_layout_is_refused(tmp_path):
+    path = tmp_path / "run.ck"
+    _fit_engine("BCE", path=path, stop_at=3)
+    ck = persistence.load_checkpoint(path)
+    ck["state"] = {k: v for k, v in ck["state"].items() if k != "objectives"}
+    import consensuskit
+
+    est = consensuskit.BCE(n_clusters=3, n_init=3, max_iter=30, tol=0.0, random_state=3)
+    persistence.save_checkpoint(est, ck, path)
+    with pytest.raises(ValueError, match="older consensuskit"):
+        est.fit(X, resume_from=path)
+
+
 def test_callback_must_be_callable():
     import consensuskit
 

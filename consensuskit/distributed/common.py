@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["EMConfig", "FaultHook", "WorkerResult"]
+__all__ = ["EMConfig", "FaultHook", "WorkerResult", "progress"]
 
 
 @dataclass
@@ -123,11 +123,6 @@ class WorkerResult:
     runs: list = field(default_factory=list)
     messages: list = field(default_factory=list)
     seconds: dict = field(default_factory=dict)
-
-
-def relative_change_small(bounds, tol: float) -> bool:
-    """The estimator's stopping rule on the objective history."""
-    return len(bounds) > 1 and abs(bounds[-1] - bounds[-2]) <= tol * abs(bounds[-1])
 
 
 def progress(cfg: EMConfig, rank: int, desc: str):

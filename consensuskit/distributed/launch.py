@@ -206,8 +206,8 @@ def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", n_init=1, max_ite
     n_workers : int, default 2
         ``P`` processes.  Row modes need ``N >= P``; column mode ``M >= P``.
     mode : {"row", "row-sequential", "column"}
-        Exact row-distributed EM, the paper's heuristic sequential row variant
-        (``n_init=1`` only), or column-distributed (client-server) EM.
+        Exact row-distributed EM, the paper's heuristic sequential row variant,
+        or column-distributed (client-server) EM.
     n_init, max_iter, tol, inner_iter, smoothing, init, random_state
         As in :class:`consensuskit.BCE`: ``n_init`` restarts, each from its own
         initial beta drawn from ``random_state`` in the estimator's order; the best
@@ -252,8 +252,6 @@ def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", n_init=1, max_ite
     n_init = check_positive_int(n_init, "n_init")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
-    if mode == "row-sequential" and n_init > 1:
-        raise ValueError("the row-sequential heuristic runs one start; use n_init=1")
     if beta_init is not None and n_init > 1:
         raise ValueError("beta_init gives one start; use n_init=1 with it")
     cfg = EMConfig(n_clusters=K, max_iter=check_positive_int(max_iter, "max_iter"),

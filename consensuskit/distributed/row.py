@@ -27,39 +27,50 @@ Heuristic sequential variant (:func:`fit_rows_sequential`)
     The paper's heuristic: the parameters travel from rank to rank; rank ``p``
     runs the E-step on its rows with the parameters it received, re-estimates
     ``(alpha, beta)`` from *its rows only* and passes them on; rank ``P-1``
-    hands them back to rank 0 for the next iteration.  Only one rank computes
-    at a time (no parallel speed-up; it suits data that may not be pooled), and
-    there is no convergence guarantee.  The monitored objective is the sum of
+    broadcasts them (with the summed bound) as the start of the next iteration.
+    Only one rank computes at a time (no parallel speed-up; it suits data that may
+    not be pooled), and there is no convergence guarantee.  The monitored objective is the sum of
     the ranks' local bounds, each at the parameters that rank produced.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import dataclass
 
 import torch
 
 from ..ensemble import LabelData
 from ..inference import bce_cavi as cavi
-from ..inference.driver import Fit, Run
+from ..inference.driver import Engine
 from ..inference.driver import fit as drive
 from .comm import Comm
-from .common import EMConfig, progress, relative_change_small
+from .common import EMConfig, progress
 
-__all__ = ["fit_rows_exact", "fit_rows_sequential", "row_setup"]
+__all__ = [
+    "fit_rows_exact", "fit_rows_sequential", "row_setup", "drive_ranks", "RingCAVI",
+]
 
 
-def row_setup(comm: Comm, data: LabelData, cfg: EMConfig):
-    """Agree on the total number of rows ``N`` and on ``alpha_cap``.
+def row_setup(comm: Comm, data: LabelData, cfg: EMConfig, beta0s=()):
+    """Check the starts, agree on the total number of rows ``N`` and on ``alpha_cap``.
 
-    Messages: ``setup/n_rows`` (1,) sum and ``setup/max_labels_per_row`` (1,) max.
+    Messages (phase "setup"): ``setup/n_rows`` (1,) sum and ``setup/max_labels_per_row``
+    (1,) max.  Leaves the phase at "fit".
     """
+    for b in beta0s:
+        if b.shape[1] != data.n_total_labels:
+            raise ValueError(f"beta0 has {b.shape[1]} label columns; the data have "
+                             f"{data.n_total_labels}")
+    comm.set_phase("setup")
     n = torch.tensor([float(data.n_rows)], dtype=torch.float64)
     comm.all_reduce(n, "setup/n_rows")
     vmax = torch.tensor([float(data.n_observed_rows.max()) if data.n_rows else 0.0],
                         dtype=torch.float64)
     comm.all_reduce(vmax, "setup/max_labels_per_row", op="max")
     cap = cfg.alpha_cap if cfg.alpha_cap is not None else 10.0 * float(vmax)
+    comm.set_phase("fit")
     return int(round(float(n))), cap
 
 
@@ -126,13 +137,7 @@ def fit_rows_exact(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, h
     """
     t0 = time.perf_counter(), time.process_time()
     dtype = data.n_observed_rows.dtype
-    comm.set_phase("setup")
-    N, alpha_cap = row_setup(comm, data, cfg)
-    comm.set_phase("fit")
-    for b in beta0s:
-        if b.shape[1] != data.n_total_labels:
-            raise ValueError(f"beta0 has {b.shape[1]} label columns; the data have "
-                             f"{data.n_total_labels}")
+    N, alpha_cap = row_setup(comm, data, cfg, beta0s)
     starts = iter(beta0s)
     engine = cavi.CAVI(data, cfg.n_clusters, lambda rng: next(starts),
                        alpha0=torch.as_tensor(alpha0, dtype=dtype), inner_iter=cfg.inner_iter,
@@ -142,104 +147,105 @@ def fit_rows_exact(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, h
     return drive_ranks(comm, engine, cfg, len(beta0s), hook, "BCE row-distributed", t0)
 
 
+@dataclass
+class RingState:
+    """A rank's parameters after a round of the heuristic (those of rank ``P-1``, the same
+    on every rank), its rows' ``gamma``, the summed local bounds and the degeneracy flag."""
+
+    alpha: torch.Tensor
+    beta: torch.Tensor
+    gamma: torch.Tensor
+    bound: float = math.nan
+    degenerate: bool = False
+
+
+class RingCAVI(Engine):
+    """The paper's heuristic row-distributed EM as an engine of the one fit driver.
+
+    A step is one round: rank 0 starts from the round's parameters; rank ``p`` runs the
+    E-step on its rows, updates beta (eq. 7) and alpha (eq. 8) *from its rows alone*,
+    adds its local bound and sends the result to rank ``p+1``; rank ``P-1`` broadcasts
+    the round's parameters, the summed bound and its degeneracy flag, so every rank's
+    driver takes the same decisions.  A run ends with every rank refreshing its rows'
+    gamma with the final parameters.
+    """
+
+    def __init__(self, comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, alpha_cap):
+        self.comm, self.data, self.cfg = comm, data, cfg
+        self.alpha0, self.beta0s, self.alpha_cap = alpha0, beta0s, alpha_cap
+        self.dtype = data.n_observed_rows.dtype
+        self.K, self.L = cfg.n_clusters, data.n_total_labels
+
+    def _pack(self, alpha, beta, acc, degenerate=0.0):
+        return torch.cat([alpha.to(torch.float64), beta.reshape(-1).to(torch.float64),
+                          torch.tensor([acc, degenerate], dtype=torch.float64)])
+
+    def _unpack(self, buf):
+        K, L = self.K, self.L
+        return (buf[:K].to(self.dtype), buf[K:K + K * L].reshape(K, L).to(self.dtype),
+                float(buf[-2]), bool(buf[-1] > 0))
+
+    def init(self, rng=None, run=0) -> RingState:
+        alpha = torch.as_tensor(self.alpha0, dtype=self.dtype).clone()
+        beta = torch.as_tensor(self.beta0s[run], dtype=self.dtype).clone()
+        return RingState(alpha, beta, cavi.initial_gamma(alpha, self.data, self.dtype))
+
+    def step(self, state: RingState, rng=None) -> RingState:
+        comm, cfg, data = self.comm, self.cfg, self.data
+        P, r = comm.world_size, comm.rank
+        alpha, beta, acc = state.alpha, state.beta, 0.0
+        size = self.K + self.K * self.L + 2
+        if r > 0:
+            buf = torch.empty(size, dtype=torch.float64)
+            comm.recv(buf, r - 1, "rowseq/params")
+            alpha, beta, acc, _ = self._unpack(buf)
+        gamma, phi_sum, stats_p, plogp_p, _ = cavi.e_step(
+            alpha, beta, data, state.gamma, cfg.inner_iter, chunk_size=cfg.chunk_size)
+        suff_p = cavi.elog_dirichlet(gamma).sum(1)
+        beta = cavi.update_beta(stats_p, data.offsets, cfg.smoothing)
+        alpha, _ = cavi.update_alpha(alpha, suff_p, data.n_rows, tol=cfg.newton_tol,
+                                     ensure_ascent=True, alpha_cap=self.alpha_cap)
+        acc += _local_bound(alpha, beta, gamma, phi_sum, stats_p, plogp_p)
+        if r < P - 1:
+            comm.send(self._pack(alpha, beta, acc), r + 1, "rowseq/params")
+            end = torch.empty(size, dtype=torch.float64)
+        else:
+            lb = acc + cfg.smoothing * float(torch.log(beta).sum(dtype=torch.float64))
+            end = self._pack(alpha, beta, lb, float(float(alpha.sum()) > self.alpha_cap))
+        comm.broadcast(end, P - 1, "rowseq/round")
+        alpha, beta, bound, degenerate = self._unpack(end)
+        return RingState(alpha, beta, gamma, bound, degenerate)
+
+    def objective(self, state: RingState) -> float:
+        return state.bound
+
+    def degenerate(self, state: RingState) -> bool:
+        return state.degenerate
+
+    def result(self, state: RingState) -> cavi.CAVIState:
+        gamma, _, _, _, _ = cavi.e_step(state.alpha, state.beta, self.data, state.gamma,
+                                        self.cfg.inner_iter, collect=False,
+                                        chunk_size=self.cfg.chunk_size)
+        return cavi.CAVIState(state.alpha, state.beta, gamma, state.bound)
+
+
 def fit_rows_sequential(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s,
                         hook=None):
-    """The paper's heuristic row-distributed EM: parameters passed from rank to rank.
+    """The paper's heuristic row-distributed EM (:class:`RingCAVI` under the fit driver).
 
-    Iteration ``t``: rank 0 starts from ``(alpha, beta)`` of rank ``P-1`` at ``t-1``
-    (``alpha0, beta0`` at ``t = 1``); rank ``p`` runs the E-step on its rows,
-    updates beta (eq. 7) and alpha (eq. 8) from its rows alone and sends the
-    result to rank ``p+1``.  Rank ``P-1`` applies the stopping rule to the sum of
-    the local bounds and starts the stop signal round.  At the end every rank
-    receives the final parameters and refreshes its rows' ``gamma`` with them.
+    Only one rank computes at a time (no parallel speed-up; it suits data that may not
+    be pooled), and there is no convergence guarantee: the monitored objective is the
+    sum of the ranks' local bounds, each at the parameters that rank produced.
 
-    Messages: ``rowseq/params`` point-to-point, ``K * (L + 1) + 3`` floats per hop
-    (``P`` hops per iteration), and ``rowseq/final`` broadcast once.
+    Messages per iteration: ``rowseq/params`` point-to-point from rank ``p`` to ``p+1``
+    (``P-1`` hops of ``K * (L + 1) + 2`` floats) and ``rowseq/round``, a broadcast of as
+    many floats from rank ``P-1``.
 
     Returns
     -------
-    (Fit, seconds) as :func:`fit_rows_exact` (one run: ``beta0s`` must hold one start);
-    the run's objectives (the summed local bounds) only on rank ``P-1``, empty elsewhere.
+    (Fit, seconds) as :func:`fit_rows_exact`.
     """
-    if len(beta0s) != 1:
-        raise ValueError("the row-sequential heuristic runs one start (n_init=1)")
-    beta0 = beta0s[0]
-    t_start, c_start = time.perf_counter(), time.process_time()
-    K = cfg.n_clusters
-    P, r = comm.world_size, comm.rank
-    dtype = data.n_observed_rows.dtype
-    comm.set_phase("setup")
-    _, alpha_cap = row_setup(comm, data, cfg)
-    comm.set_phase("fit")
-    alpha = torch.as_tensor(alpha0, dtype=dtype).clone()
-    beta = torch.as_tensor(beta0, dtype=dtype).clone()
-    L = beta.shape[1]
-    if L != data.n_total_labels:
-        raise ValueError(f"beta0 has {L} label columns; the data have {data.n_total_labels}")
-    n_local = data.n_rows
-    gamma = cavi.initial_gamma(alpha, data, dtype)
-    size = K + K * L + 3  # alpha, beta, bound so far, stop flag, degenerate flag
-    prev, nxt = (r - 1) % P, (r + 1) % P
-
-    def pack(a, b, acc, stop, degen):
-        return torch.cat([a.to(torch.float64), b.reshape(-1).to(torch.float64),
-                          torch.tensor([acc, stop, degen], dtype=torch.float64)])
-
-    def unpack(buf):
-        return (buf[:K].to(dtype), buf[K:K + K * L].reshape(K, L).to(dtype),
-                float(buf[-3]), bool(buf[-2] > 0), bool(buf[-1] > 0))
-
-    bounds: list[float] = []
-    converged = degenerate = False
-    bar = progress(cfg, r, f"BCE row-sequential (P={P})")
-    it = 0
-    while True:
-        acc = 0.0
-        if P > 1 and not (r == 0 and it == 0):
-            buf = torch.empty(size, dtype=torch.float64)
-            comm.recv(buf, prev, "rowseq/params")
-            alpha, beta, acc, stop, _ = unpack(buf)
-            if r == 0:
-                acc = 0.0  # rank P-1 closed the previous iteration
-            if stop:  # rank P-1 ended the run: pass the signal along and leave
-                if r + 1 < P - 1:
-                    comm.send(buf, nxt, "rowseq/params")
-                break
-        it += 1
-        gamma, phi_sum, stats_p, plogp_p, _ = cavi.e_step(
-            alpha, beta, data, gamma, cfg.inner_iter, chunk_size=cfg.chunk_size)
-        suff_p = cavi.elog_dirichlet(gamma).sum(1)
-        beta = cavi.update_beta(stats_p, data.offsets, cfg.smoothing)
-        alpha, _ = cavi.update_alpha(alpha, suff_p, n_local, tol=cfg.newton_tol,
-                                     ensure_ascent=True, alpha_cap=alpha_cap)
-        acc += _local_bound(alpha, beta, gamma, phi_sum, stats_p, plogp_p)
-        stop = False
-        if r == P - 1:
-            lb = acc + cfg.smoothing * float(torch.log(beta).sum(dtype=torch.float64))
-            bounds.append(lb)
-            if float(alpha.sum()) > alpha_cap:
-                degenerate = stop = True
-            elif relative_change_small(bounds, cfg.tol):
-                converged = stop = True
-            stop = stop or it >= cfg.max_iter
-        if bar is not None:
-            bar.update(1)
-        if hook is not None:
-            hook(r, it)
-        if P > 1:
-            comm.send(pack(alpha, beta, acc, float(stop), float(degenerate)), nxt,
-                      "rowseq/params")
-        if stop:
-            break
-    if bar is not None:
-        bar.close()
-    # everybody ends with rank P-1's parameters, flags and iteration count
-    final = pack(alpha, beta, float(it), float(converged), float(degenerate))
-    comm.broadcast(final, P - 1, "rowseq/final")
-    alpha, beta, n_iter, converged, degenerate = unpack(final)
-    gamma, _, _, _, _ = cavi.e_step(alpha, beta, data, gamma, cfg.inner_iter, collect=False,
-                                    chunk_size=cfg.chunk_size)
-    run = Run(cavi.CAVIState(alpha, beta, gamma), bounds, int(n_iter), converged, degenerate)
-    return Fit(runs=[run], best=run), {"total": time.perf_counter() - t_start,
-                                       "comm": comm.comm_seconds,
-                                       "cpu": time.process_time() - c_start}
+    t0 = time.perf_counter(), time.process_time()
+    _, alpha_cap = row_setup(comm, data, cfg, beta0s)
+    engine = RingCAVI(comm, data, cfg, alpha0, beta0s, alpha_cap)
+    return drive_ranks(comm, engine, cfg, len(beta0s), hook, "BCE row-sequential", t0)

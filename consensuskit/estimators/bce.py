@@ -23,7 +23,7 @@ from ..base import (
 from ..checkpoint import check_checkpoint_params, checkpoint_writer, read_checkpoint
 from ..ensemble import Ensemble, as_ensemble
 from ..inference import bce_cavi as cavi
-from ..inference.driver import Fit, Run
+from ..inference.driver import Fit
 from ..inference.driver import fit as drive
 from .pyro import HubBackedMixin
 
@@ -252,12 +252,10 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
             return self
         from ..inference.bce_svi import fit_svi
 
-        res = fit_svi(ensemble, data, K, beta0=self._init_beta(ensemble, K, rs),
+        run = fit_svi(ensemble, data, K, beta0=self._init_beta(ensemble, K, rs),
                       n_epochs=self.max_iter, batch_size=self.batch_size,
                       learning_rate=self.learning_rate, smoothing=self.smoothing,
                       random_state=rs, verbose=self.verbose)
-        run = Run(cavi.CAVIState(res["alpha"], res["beta"], res["gamma"]), res["bounds"],
-                  res["n_iter"])
         self._set_fitted(ensemble, Fit(runs=[run], best=run))
         return self
 

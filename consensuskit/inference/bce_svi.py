@@ -24,6 +24,7 @@ from pyro.optim import Adam
 
 from ..models import bce as bce_model
 from . import bce_cavi as cavi
+from .driver import Run
 
 __all__ = ["fit_svi", "empirical_bayes_model"]
 
@@ -61,8 +62,11 @@ def fit_svi(ensemble, data, n_clusters, beta0, *, n_epochs=100, batch_size=None,
 
     Returns
     -------
-    dict with ``alpha`` (K,), ``beta`` (K, L), ``gamma`` (K, N), ``bounds`` (mean ELBO per
-    epoch, full-data scale), ``n_iter`` (epochs), ``converged`` (False: fixed budget).
+    Run
+        The fit driver's typed result: ``params`` a :class:`~consensuskit.inference.
+        bce_cavi.CAVIState` (``alpha`` (K,), ``beta`` (K, L), ``gamma`` (K, N)),
+        ``objectives`` (mean ELBO per epoch, full-data scale), ``n_iter`` (epochs),
+        ``converged`` False (a fixed budget).
     """
     from sklearn.utils import check_random_state
 
@@ -111,5 +115,4 @@ def fit_svi(ensemble, data, n_clusters, beta0, *, n_epochs=100, batch_size=None,
         alpha = alpha.clone()
         gamma = pyro.param("gamma").detach().T.contiguous()
     beta = cavi.pack_beta(betas, dtype=dtype, device=dev)
-    return {"alpha": alpha, "beta": beta, "gamma": gamma, "bounds": bounds,
-            "n_iter": n_epochs, "converged": False, "degenerate": False}
+    return Run(cavi.CAVIState(alpha, beta, gamma), bounds, n_epochs)

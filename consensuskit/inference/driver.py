@@ -57,7 +57,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Engine", "Run", "Fit", "fit"]
+__all__ = ["Engine", "Run", "Fit", "fit", "relative_change_small"]
+
+
+def relative_change_small(objectives, tol: float) -> bool:
+    """The convergence rule: ``|f_t - f_{t-1}| <= tol |f_t|`` (``tol = 0``: equal)."""
+    return len(objectives) > 1 and abs(objectives[-1] - objectives[-2]) <= tol * abs(
+        objectives[-1])
 
 
 class Engine:
@@ -84,9 +90,8 @@ class Engine:
         return False
 
     def converged(self, objectives, tol: float, state) -> bool:
-        """Relative change of the last two objectives ``<= tol`` (``tol = 0``: equal)."""
-        return len(objectives) > 1 and abs(objectives[-1] - objectives[-2]) <= tol * abs(
-            objectives[-1])
+        """Default rule: :func:`relative_change_small`."""
+        return relative_change_small(objectives, tol)
 
     def info(self, state) -> dict:
         return {}
