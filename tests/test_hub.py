@@ -135,3 +135,28 @@ def test_compare_paired_difference(split):
 
     fig = plot_comparison(table)
     assert len(fig.axes) == 2
+
+
+def test_user_variants_ranked_by_compare_and_az_compare(split):
+    """Both user variants (experiments/user_variants.py) ranked against MM, BCE and NBCE by
+    ck.compare, and by az.compare among the fits with posterior draws."""
+    import arviz as az
+
+    X, X_test = split
+    hub = dict(n_clusters=3, random_state=0, num_steps=40, n_posterior_draws=4,
+               n_perplexity_samples=200)
+    table = ck.compare({
+        "MM": ck.MM(3, random_state=0),
+        "BCE": ck.BCE(3, n_init=1, random_state=0),
+        "NBCE": ck.NBCE(truncation=5, n_samples=10, burn_in=10, n_chains=2, random_state=0),
+        "hyperprior": ck.PyroConsensus(user_variants.bce_alpha_hyperprior, **hub),
+        "reliability": ck.PyroConsensus(user_variants.bce_reliability, **hub),
+    }, X, X_test, unknown="missing")
+    assert len(table) == 5 and np.isfinite(table["heldout_perplexity"]).all()
+    assert (table["heldout_se"][["hyperprior", "reliability"]] > 0).all()
+    assert np.isfinite(table.loc[["NBCE", "hyperprior", "reliability"], "elpd_loo"]).all()
+    assert np.isnan(table.loc[["MM", "BCE"], "elpd_loo"]).all()  # point estimates: no LOO
+    fits = table.attrs["estimators"]
+    loo = az.compare({n: fits[n].inference_data_ for n in ("NBCE", "hyperprior",
+                                                           "reliability")})
+    assert set(loo.index) == {"NBCE", "hyperprior", "reliability"}
