@@ -401,7 +401,8 @@ def test_tsb_fewer_singletons_than_fsd_when_truncation_binds():
         with torch.random.fork_rng():
             torch.manual_seed(0)
             with pyro.plate("particles", 2000, dim=-2):
-                tr = poutine.trace(model).get_trace(codes, [1], T, a0, 0.5, prior)
+                tr = poutine.trace(model).get_trace(codes, n_labels=[1], n_clusters=T, alpha0=a0,
+                                                    beta=0.5, prior=prior)
         z = tr.nodes["z"]["value"].reshape(2000, N).numpy()
         sing = _singleton_points(z)
         res[prior] = (sing.mean(), sing.std() / np.sqrt(sing.size))
