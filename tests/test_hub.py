@@ -63,7 +63,7 @@ def test_likelihood_weighting_is_unbiased_for_a_known_row():
 def test_pyro_consensus_user_variant_full_surface(split, tmp_path):
     X, X_test = split
     est = ck.PyroConsensus(user_variants.bce_alpha_hyperprior, n_clusters=3, random_state=0,
-                           num_steps=60, n_posterior_draws=4, n_perplexity_samples=200)
+                           num_steps=30, n_posterior_draws=4, n_perplexity_samples=200)
     est.fit(X)
     assert est.membership_.shape == (60, 3) and est.labels_.shape == (60,)
     np.testing.assert_allclose(est.membership_.sum(1), 1.0)
@@ -137,6 +137,7 @@ def test_compare_paired_difference(split):
     assert len(fig.axes) == 2
 
 
+@pytest.mark.slow
 def test_user_variants_ranked_by_compare_and_az_compare(split):
     """Both user variants (experiments/user_variants.py) ranked against MM, BCE and NBCE by
     ck.compare, and by az.compare among the fits with posterior draws."""

@@ -87,6 +87,7 @@ def test_bce_svi_refit_recovers_beta():
     assert _beta_error(b, true_cat).mean() < 0.08
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="CAVI's mean-field bound biases alpha upward on "
                    "BCE's own data (fitted sum(alpha) ~ 10.7 against 0.9), issue [3 of 5]")
 def test_bce_cavi_refit_recovers_beta():
