@@ -13,6 +13,7 @@ from consensuskit.ensemble import Ensemble
 from consensuskit.estimators.bce import BCE
 from consensuskit.estimators.gbce import GBCE
 from consensuskit.inference import bce_cavi, gbce_cavi
+from consensuskit.inference.bce_alpha import exact_log_marginal
 from consensuskit.models import gbce as gbce_model
 
 
@@ -288,8 +289,12 @@ def test_missing_features_fold_in_and_perplexity(rng):
     p_prior = est.predict_proba(Xn)
     np.testing.assert_allclose(p_prior[0], est.alpha_ / est.alpha_.sum(), rtol=1e-10)
     assert not np.allclose(p_feat, p_prior)
-    ppl = est.perplexity(X)
-    assert np.isfinite(ppl) and ppl >= 1.0
+    # the label perplexity (features integrated out) equals the exact one within 4 SE
+    # (+1e-6 relative: assignments of probability ~ smoothing are never drawn)
+    ppl, se = est.perplexity(X, return_se=True)
+    exact = float(exact_log_marginal(est._alpha_t, est._beta_t,
+                                     bce_cavi.prepare_data(est.ensemble_)).sum())
+    assert abs(ppl - np.exp(-exact / est.ensemble_.n_observed)) < 4 * se + 1e-6 * ppl
 
 
 def test_constant_feature_is_dropped_with_warning(rng):

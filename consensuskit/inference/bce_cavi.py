@@ -55,6 +55,7 @@ __all__ = [
     "alpha_objective",
     "lower_bound",
     "phi_log_phi",
+    "bound_at",
     "initial_gamma",
     "e_step",
     "fold_in",
@@ -202,7 +203,9 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
     is ``diag(l) + z 11^T`` with ``l_h = -N psi'(a_h)``, ``z = N psi'(sum_h a_h)``, so the
     Newton step is ``delta = (g - c) / l`` with ``c = sum_h(g_h/l_h) / (1/z + sum_h 1/l_h)``.
     The step ``a - eta * delta`` is halved (``eta = 1, 1/2, ...``) until every entry is
-    positive (and, with ``ensure_ascent``, until ``f`` does not decrease).  Iterates
+    positive (and, with ``ensure_ascent``, until ``f`` does not decrease).  If no length
+    is acceptable alpha stays put; that is reported as ``stalled`` unless the step's
+    predicted gain was below the float resolution of ``f`` (converged).  Iterates
     while ``sum|a_new - a_old| / sum a_old > tol`` and at most ``max_iter`` steps.
 
     Parameters
@@ -219,13 +222,15 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
     Returns
     -------
     alpha : Tensor, shape (K,), float64 internally then cast back
-    info : dict with ``n_iter`` and ``n_halvings``
+    info : dict with ``n_iter``, ``n_halvings`` and ``stalled`` (True when a Newton
+        step found no acceptable length and alpha was left where it was)
     """
     out_dtype = alpha.dtype
     a = alpha.detach().to(torch.float64).clone()
     S = suff.detach().to(torch.float64)
     N = float(n_rows)
     n_iter = n_halve = 0
+    stalled = False
     f_old = alpha_objective(a, S, N) if ensure_ascent else None
     while n_iter < max_iter:
         g = S + N * (torch.special.digamma(a.sum()) - torch.special.digamma(a))
@@ -233,6 +238,10 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
         z = N * torch.special.polygamma(1, a.sum())
         c = (g / lh).sum() / (1.0 / z + (1.0 / lh).sum())
         delta = (g - c) / lh
+        # predicted increase of f along the Newton step; below float resolution of f the
+        # solve has converged, and a rejected step is round-off, not a failure
+        converged = ensure_ascent and float((g * delta).abs().sum()) <= 1e-12 * max(1.0,
+                                                                                   abs(f_old))
         eta = 1.0
         while True:
             a_new = a - eta * delta
@@ -244,8 +253,9 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
                 break
             eta *= 0.5
             n_halve += 1
-            if eta < 1e-30:  # no acceptable step: stay put
+            if eta < 1e-30:  # no acceptable step: stay put (reported as "stalled")
                 a_new = a
+                stalled = not converged
                 break
         if ensure_ascent:
             f_old = alpha_objective(a_new, S, N)
@@ -254,7 +264,7 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
         a = a_new
         if rel <= tol or float(a.sum()) > alpha_cap:
             break
-    return a.to(out_dtype), {"n_iter": n_iter, "n_halvings": n_halve}
+    return a.to(out_dtype), {"n_iter": n_iter, "n_halvings": n_halve, "stalled": stalled}
 
 
 def _sum64(x) -> float:
@@ -300,6 +310,16 @@ def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: f
     if smoothing:
         val += smoothing * _sum64(logb)
     return val
+
+
+def bound_at(alpha, beta, gamma, data, *, smoothing: float = 0.0) -> float:
+    """:func:`lower_bound` at ``gamma`` (K, N) with ``phi`` from eq. 5 at that ``gamma``.
+
+    The state a fitted estimator reports: anyone holding ``alpha``, ``beta`` and
+    ``gamma`` can rebuild ``phi`` and recompute the bound independently.
+    """
+    _, phi_sum, stats, plogp, _ = e_step(alpha, beta, data, gamma, 1)
+    return lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=smoothing)
 
 
 def phi_log_phi(phi) -> float:
@@ -544,6 +564,8 @@ class CAVIState:
         The objective after the last iteration (nan at the start).
     mu, sigma2 : Tensor (K, D) or None
         GBCE's feature Gaussians (None for BCE).
+    n_alpha_rejected : int
+        Iterations so far whose Newton solve for alpha stalled (alpha left unchanged).
     """
 
     alpha: torch.Tensor
@@ -552,6 +574,7 @@ class CAVIState:
     bound: float = math.nan
     mu: torch.Tensor | None = None
     sigma2: torch.Tensor | None = None
+    n_alpha_rejected: int = 0
 
 
 def _identity_reduce(x, name):
@@ -644,8 +667,8 @@ class CAVI(Engine):
         mu, sigma2 = state.mu, state.sigma2
         if term is not None:
             mu, sigma2 = f.m_step(term, mu, sigma2)
-        alpha, _ = update_alpha(state.alpha, suff, self.n_rows, tol=self.newton_tol,
-                                ensure_ascent=True, alpha_cap=self.alpha_cap)
+        alpha, newton = update_alpha(state.alpha, suff, self.n_rows, tol=self.newton_tol,
+                                     ensure_ascent=True, alpha_cap=self.alpha_cap)
         if self.reduce is None:
             lb = lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=self.smoothing)
         else:
@@ -654,7 +677,8 @@ class CAVI(Engine):
             lb = float(part) + self.smoothing * float(torch.log(beta).sum(dtype=torch.float64))
         if term is not None:
             lb += f.bound(term, mu, sigma2)
-        return CAVIState(alpha, beta, gamma, lb, mu, sigma2)
+        return CAVIState(alpha, beta, gamma, lb, mu, sigma2,
+                         state.n_alpha_rejected + int(newton["stalled"]))
 
     def objective(self, state) -> float:
         return state.bound
