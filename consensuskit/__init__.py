@@ -29,6 +29,12 @@ _LAZY = {
     "PyroConsensus": "consensuskit.estimators.pyro",
     "compare": "consensuskit.comparison",
     "plot_comparison": "consensuskit.comparison",
+    "ResamplingConsensus": "consensuskit.consensus.resampling",
+    "MajorityVote": "consensuskit.consensus.voting",
+    "IVC": "consensuskit.consensus.voting",
+    "IPVC": "consensuskit.consensus.voting",
+    "MedoidConsensus": "consensuskit.consensus.partition",
+    "LeastSquaresConsensus": "consensuskit.consensus.partition",
 }
 
 #: Subpackages and modules reachable as attributes (imported on first use).

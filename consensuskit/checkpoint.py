@@ -36,7 +36,7 @@ from .persistence import load_checkpoint, save_checkpoint
 __all__ = ["checkpoint_writer", "check_checkpoint_params", "read_checkpoint", "fingerprint"]
 
 #: hyper-parameters that may differ between a checkpointed run and its resumption
-_FREE = {"callback", "checkpoint_path", "checkpoint_every", "verbose"}
+_FREE = {"callback", "checkpoint_path", "checkpoint_every", "verbose", "n_jobs"}
 
 
 def check_checkpoint_params(est):

@@ -1,30 +1,52 @@
-"""Benchmark: BCE variational EM (ours) vs scikit-learn LatentDirichletAllocation.
+"""Benchmark: BCE variational EM against its previous kernel and scikit-learn's LDA.
 
-Both run in this one process with ``torch.set_num_threads(1)`` (and sklearn's
-``n_jobs=1``) on the same synthetic ensemble: M = 20 base clusterings, k_j = 5
-labels each, K = 4 clusters, N rows.  BCE with ``K`` topics is LDA on the
-"documents" formed by each row's one-hot labels (vocabulary = all sum_j k_j base
-labels), except that BCE keeps one label distribution per base clustering; the
-E-steps cost the same, so LDA (batch learning) is the natural peer.
+Everything runs in this one process on the same synthetic ensembles (rows drawn
+from the BCE generative process: M = 20 base clusterings, k_j = 5 labels, K = 4).
+Times are CPU seconds (``time.process_time``, all threads of the process) beside
+wall seconds; every figure is the median of ``--repeats`` runs, and the ratios
+(measured side by side, interleaved) are what count on a shared machine.
 
-Both do the same number of EM iterations with 5 inner E-step passes
-(sklearn: ``max_doc_update_iter=5``; ours: ``inner_iter=5``).  For the largest N
-sklearn runs only ``--sklearn-iters-large`` iterations (it is slow); its seconds
-per iteration are still comparable.  Peak memory is the peak resident set size
-above the level before each run, sampled every 2 ms by a thread.
+Sections (``--only`` picks some):
+
+``kernel``
+    One EM iteration at N = 1e6 (float32, 5 inner passes): E-step, beta and alpha
+    updates and the bound, as ``variational_em`` does it, on 1 and 2 threads;
+    against the previous kernel (``git show REV:consensuskit/inference/_bce_numba.py``,
+    REV = ``--baseline-rev``) with the separate torch passes for alpha's statistic
+    and the bound that went with it.  Prints the largest relative difference of the
+    outputs (gamma, beta statistics, the entropy term, the bound).
+``lda``
+    N = 1e5, equal iterations: one BCE EM iteration (1 thread) against one EM step
+    of scikit-learn's ``LatentDirichletAllocation`` (batch, ``max_doc_update_iter=5``,
+    its private ``_em_step``, without the perplexity pass its ``fit`` adds at the
+    end), and fit to fit (BCE float32, ``n_init=1``, random init, ``inner_iter=5``).
+``defaults``
+    ``BCE(n_clusters=4, max_iter=10, tol=0)`` -- otherwise defaults: float64,
+    ``n_init=3``, k-means init -- against ``LatentDirichletAllocation(n_components=4,
+    max_iter=10)`` with its defaults, fit to fit at N = 2e4 and 1e5, and where BCE's
+    time goes (k-means init, E-step kernel, the rest).
+``scaling``
+    CPU seconds per iteration of BCE (EM), MM (EM) and NBCE (a Gibbs sweep) at
+    N = 1e4, 1e5, 1e6 and the log-log slope.
+
+LDA is the natural peer: BCE with K clusters is LDA on the "documents" formed by
+each row's one-hot labels, except that BCE keeps one label distribution per base
+clustering; the E-steps cost the same.
 
 Usage::
 
-    python experiments/bench_bce.py                      # N = 1e4, 1e5, 1e6
-    python experiments/bench_bce.py --sizes 10000 --iters 5 --device cuda
+    python experiments/bench_bce.py                        # everything
+    python experiments/bench_bce.py --only kernel lda --repeats 3
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import threading
+import subprocess
+import sys
 import time
+import types
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,36 +54,7 @@ import torch
 from consensuskit.ensemble import Ensemble
 from consensuskit.inference import bce_cavi as cavi
 
-
-class PeakRSS:
-    """Peak resident set size (bytes) above the starting level, sampled by a thread."""
-
-    def __init__(self, interval=0.002):
-        self.interval = interval
-        self.page = os.sysconf("SC_PAGE_SIZE")
-
-    def _rss(self):
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * self.page
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._rss())
-            time.sleep(self.interval)
-
-    def __enter__(self):
-        self.start = self.peak = self._rss()
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._t.join()
-        self.peak = max(self.peak, self._rss())
-        self.delta = self.peak - self.start
-        return False
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def synthetic(N, M=20, K=4, k=5, seed=0):
@@ -77,69 +70,296 @@ def synthetic(N, M=20, K=4, k=5, seed=0):
     return X
 
 
-def bench_ours(ens, K, iters, dtype, device):
-    # warm-up (numba compilation / CUDA context) on a small slice, not timed
-    small = ens.subset(np.arange(min(ens.n_samples, 1000)))
-    cavi.variational_em(small.label_data(device, dtype), K,
-                        cavi.init_beta_random(small, K, 0), max_iter=1, tol=0.0)
-    data = ens.label_data(device, dtype)
+def timed(fn):
+    """``(cpu seconds, wall seconds, result)`` of ``fn()``."""
+    c, w = time.process_time(), time.perf_counter()
+    out = fn()
+    return time.process_time() - c, time.perf_counter() - w, out
+
+
+def medians(fns, repeats):
+    """Run the callables interleaved ``repeats`` times; median (cpu, wall) of each."""
+    rows = [[] for _ in fns]
+    for _ in range(repeats):
+        for r, fn in zip(rows, fns):
+            r.append(timed(fn)[:2])
+    return [tuple(np.median(np.asarray(r), 0)) for r in rows]
+
+
+# ----------------------------------------------------------------------------- kernel
+def previous_kernel(rev):
+    """The E-step kernel module as it was at git revision ``rev`` (None if unavailable)."""
+    try:
+        src = subprocess.run(["git", "show", f"{rev}:consensuskit/inference/_bce_numba.py"],
+                             cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    if "def estep_rows" not in src:
+        return None
+    mod = types.ModuleType("bce_kernel_previous")
+    mod.__file__ = str(ROOT / "experiments" / "_bce_kernel_previous.py")  # no disk cache
+    exec(compile(src.replace("cache=True", "cache=False"), mod.__file__, "exec"), mod.__dict__)
+    return mod
+
+
+def em_iteration_previous(old, alpha, beta, data, gamma, n_iter, smoothing=1e-6):
+    """One EM iteration as before: previous kernel, transposes, torch passes for the rest."""
+    K, N = gamma.shape
+    L = data.n_total_labels
+    idx, mask = data.row_layout()
+    betaT = np.ascontiguousarray(cavi._extend(beta).T.numpy())
+    g = np.ascontiguousarray(gamma.T.numpy())
+    phisum = np.empty_like(g)
+    stats = np.zeros((L + 1, K))
+    m = mask if mask is not None else np.zeros((1, 1), dtype=g.dtype)
+    part = old.estep_rows(alpha.numpy(), betaT, idx, m, mask is not None, g, n_iter, True,
+                          stats, phisum)
+    gamma_out = torch.from_numpy(g).T.contiguous()
+    phi_sum = torch.from_numpy(phisum).T.contiguous()
+    st = torch.from_numpy(stats[:L].T.copy())
+    plogp = part + float((st * torch.log(beta.double())).sum())
+    st = st.to(beta.dtype)
+    beta_new = cavi.update_beta(st, data.offsets, smoothing)
+    suff = cavi.elog_dirichlet(gamma_out).sum(1)
+    alpha_new, _ = cavi.update_alpha(alpha, suff, N, tol=1e-10, ensure_ascent=True)
+    lb = cavi.lower_bound(alpha_new, beta_new, gamma_out, phi_sum, st, plogp,
+                          smoothing=smoothing)
+    return gamma_out, st, plogp, lb
+
+
+def em_iteration(alpha, beta, data, gamma, n_iter, n_jobs, smoothing=1e-6):
+    """One EM iteration as ``variational_em`` does it now."""
+    N = gamma.shape[1]
+    gamma_out, phi_sum, st, plogp, _, terms = cavi.e_step(alpha, beta, data, gamma, n_iter,
+                                                          n_jobs=n_jobs, with_terms=True)
+    beta_new = cavi.update_beta(st, data.offsets, smoothing)
+    alpha_new, _ = cavi.update_alpha(alpha, terms.suff.to(alpha), N, tol=1e-10,
+                                     ensure_ascent=True)
+    lb = cavi.lower_bound(alpha_new, beta_new, gamma_out, phi_sum, st, plogp,
+                          smoothing=smoothing, terms=terms)
+    return gamma_out, st, plogp, lb
+
+
+def rel(a, b):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-30)))
+
+
+def bench_kernel(a):
+    N, K = a.kernel_n, 4
+    print(f"\n[kernel] one EM iteration, N={N:.0e}, M=20, K={K}, k_j=5, 5 inner passes, "
+          "float32")
+    ens = Ensemble.from_labels(synthetic(N))
+    dt = torch.float32
+    data = ens.label_data(dtype=dt)
+    data.row_layout()
+    # a state after a few iterations, not the flat start
     beta0 = cavi.init_beta_random(ens, K, 0)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    with PeakRSS() as mem:
-        t0 = time.perf_counter()
-        res = cavi.variational_em(data, K, beta0, max_iter=iters, tol=0.0, inner_iter=5)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-    gpu = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
-    return dt / res.n_iter, mem.delta, gpu
+    res = cavi.variational_em(data, K, beta0, max_iter=3, tol=0.0, n_jobs=2).params
+    alpha, beta, gamma = res.alpha, res.beta, res.gamma
+    old = previous_kernel(a.baseline_rev)
+    new1 = lambda: em_iteration(alpha, beta, data, gamma, 5, 1)  # noqa: E731
+    new2 = lambda: em_iteration(alpha, beta, data, gamma, 5, 2)  # noqa: E731
+    fns = [new1, new2]
+    if old is not None:
+        prev = lambda: em_iteration_previous(old, alpha, beta, data, gamma, 5)  # noqa: E731
+        prev()  # compile
+        fns.append(prev)
+    new1()
+    new2()
+    t = medians(fns, a.repeats)
+    print(f"  this kernel, 1 thread : {t[0][0]:.3f} s CPU, {t[0][1]:.3f} s wall per iteration")
+    print(f"  this kernel, 2 threads: {t[1][0]:.3f} s CPU, {t[1][1]:.3f} s wall per iteration")
+    if old is None:
+        print(f"  previous kernel ({a.baseline_rev}) not available (needs git)")
+        return
+    print(f"  previous ({a.baseline_rev}), 1 thread: {t[2][0]:.3f} s CPU, {t[2][1]:.3f} s wall")
+    print(f"  ratio previous/this, CPU (1 thread): {t[2][0] / t[0][0]:.2f}x;  wall 1 -> 2 "
+          f"threads: {t[0][1] / t[1][1]:.2f}x")
+    o, n = prev(), new1()
+    print(f"  largest relative difference to the previous kernel: gamma {rel(n[0], o[0]):.1e}, "
+          f"beta statistics {rel(n[1], o[1]):.1e}, entropy term {rel(n[2], o[2]):.1e}, "
+          f"bound {rel(n[3], o[3]):.1e}")
 
 
-def bench_sklearn(ens, K, iters):
+# ----------------------------------------------------------------------------- lda
+def lda_em_steps(B, K, iters):
+    """A callable running ``iters`` ``_em_step`` of batch LDA (5 document passes each)."""
     from sklearn.decomposition import LatentDirichletAllocation
 
+    lda = LatentDirichletAllocation(n_components=K, learning_method="batch",
+                                    max_doc_update_iter=5, mean_change_tol=0.0, n_jobs=1,
+                                    random_state=0)
+    lda._init_latent_vars(B.shape[1], dtype=np.float64)
+
+    def step():
+        for _ in range(iters):
+            lda._em_step(B, total_samples=B.shape[0], batch_update=True, parallel=None)
+
+    return step
+
+
+def bench_lda(a):
+    from sklearn.decomposition import LatentDirichletAllocation
+
+    N, K, it = a.lda_n, 4, a.iters
+    print(f"\n[lda] BCE vs scikit-learn LDA (batch), N={N:.0e}, {it} iterations, "
+          "5 inner passes, 1 thread")
+    ens = Ensemble.from_labels(synthetic(N))
     B = ens.onehot(dtype=np.float64)
-    lda = LatentDirichletAllocation(n_components=K, learning_method="batch", max_iter=iters,
-                                    max_doc_update_iter=5, evaluate_every=-1, n_jobs=1,
-                                    random_state=0, mean_change_tol=0.0)
-    with PeakRSS() as mem:
-        t0 = time.perf_counter()
-        lda.fit(B)
-        dt = time.perf_counter() - t0
-    return dt / lda.n_iter_, mem.delta
+    data = ens.label_data(dtype=torch.float32)
+    beta0 = cavi.init_beta_random(ens, K, 0)
+    cavi.variational_em(data, K, beta0, max_iter=1, tol=0.0, n_jobs=1)  # compile / load
+
+    def ours_em():
+        return cavi.variational_em(data, K, beta0, max_iter=it, tol=0.0, inner_iter=5,
+                                   n_jobs=1)
+
+    (c_ours, w_ours), (c_lda, w_lda) = medians([ours_em, lda_em_steps(B, K, it)],
+                                               a.repeats)
+    print(f"  EM steps only: BCE {c_ours / it:.4f} s CPU/it, LDA {c_lda / it:.4f} s CPU/it  "
+          f"-> {c_lda / c_ours:.1f}x (wall {w_lda / w_ours:.1f}x)")
+    from consensuskit import BCE
+
+    def ours_fit():
+        return BCE(K, max_iter=it, tol=0, n_init=1, init="random", inner_iter=5,
+                   dtype="float32", random_state=0).fit(ens)
+
+    def lda_fit():
+        return LatentDirichletAllocation(n_components=K, learning_method="batch",
+                                         max_iter=it, max_doc_update_iter=5,
+                                         mean_change_tol=0.0, evaluate_every=-1, n_jobs=1,
+                                         random_state=0).fit(B)
+
+    (c_of, w_of), (c_lf, w_lf) = medians([ours_fit, lda_fit], a.repeats)
+    print(f"  fit to fit:    BCE {c_of:.3f} s CPU, LDA {c_lf:.3f} s CPU  -> {c_lf / c_of:.1f}x "
+          f"(wall {w_lf / w_of:.1f}x)")
+
+
+# ----------------------------------------------------------------------------- defaults
+class Attribution:
+    """CPU seconds spent inside some functions (``(owner, name)`` pairs) while active."""
+
+    def __init__(self, targets):
+        self.targets = targets
+        self.seconds = {name: 0.0 for _, name in targets}
+
+    def __enter__(self):
+        self.saved = [(owner, name, getattr(owner, name)) for owner, name in self.targets]
+        for owner, name, f in self.saved:
+            def wrap(*args, _f=f, _n=name, **kw):
+                c = time.process_time()
+                try:
+                    return _f(*args, **kw)
+                finally:
+                    self.seconds[_n] += time.process_time() - c
+            setattr(owner, name, wrap)
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, f in self.saved:
+            setattr(owner, name, f)
+        return False
+
+
+def bench_defaults(a):
+    from sklearn.decomposition import LatentDirichletAllocation
+
+    from consensuskit import BCE
+
+    it, K = 10, 4
+    print(f"\n[defaults] BCE(n_clusters={K}, max_iter={it}, tol=0) (float64, n_init=3, "
+          f"k-means init) vs LDA(n_components={K}, max_iter={it}) defaults, fit to fit, "
+          "1 thread")
+    BCE(K, max_iter=1, n_init=1).fit(synthetic(300))  # compile / load
+    for N in a.default_sizes:
+        X = synthetic(N)
+        ens = Ensemble.from_labels(X)
+        B = ens.onehot(dtype=np.float64)
+
+        def ours(ens=ens):
+            return BCE(K, max_iter=it, tol=0, random_state=0).fit(ens)
+
+        def lda(B=B):
+            return LatentDirichletAllocation(n_components=K, max_iter=it, n_jobs=1,
+                                             random_state=0).fit(B)
+
+        (c_o, w_o), (c_l, w_l) = medians([ours, lda], a.repeats)
+        with Attribution([(cavi, "init_beta_kmeans"), (cavi, "e_step"),
+                          (cavi.CAVI, "step")]) as att:
+            c_once, _, m = timed(ours)
+        s = att.seconds
+        rest = c_once - s["init_beta_kmeans"] - s["step"]
+        print(f"  N={N:.0e}: BCE {c_o:.3f} s CPU ({m.n_iter_} it x {m.n_init} restarts), "
+              f"LDA {c_l:.3f} s CPU ({it} it) -> {c_l / c_o:.1f}x (wall {w_l / w_o:.1f}x)")
+        print(f"           BCE's time: k-means init {s['init_beta_kmeans']:.3f} s, E-step "
+              f"{s['e_step']:.3f} s, rest of EM {s['step'] - s['e_step']:.3f} s, "
+              f"driver, data and result {rest:.3f} s (one run, {c_once:.3f} s)")
+
+
+# ----------------------------------------------------------------------------- scaling
+def bench_scaling(a):
+    from consensuskit import BCE, MM, NBCE
+
+    print("\n[scaling] CPU s per iteration vs N (M=20, k_j=5), 1 thread; log-log slope")
+    its = 3
+    models = {
+        "BCE (EM it.)": lambda: BCE(4, max_iter=its, tol=0, n_init=1, init="random",
+                                     random_state=0),
+        "MM (EM it.)": lambda: MM(4, max_iter=its, tol=0, n_init=1, random_state=0),
+        "NBCE (sweep)": lambda: NBCE(truncation=10, n_samples=its, burn_in=0, n_chains=1,
+                                     update_hyper=False, random_state=0),
+    }
+    small = synthetic(300)
+    for make in models.values():
+        make().fit(small)
+    sizes = a.scaling_sizes
+    table = {name: [] for name in models}
+    for N in sizes:
+        ens = Ensemble.from_labels(synthetic(N))
+        for name, make in models.items():
+            # a fit of `its` iterations minus a fit of one: per-iteration cost without setup
+            one = _with_iters(make, 1)
+            (c_full, _), (c_one, _) = medians([lambda m=make, e=ens: m().fit(e),
+                                               lambda o=one, e=ens: o().fit(e)], a.repeats)
+            table[name].append(max(c_full - c_one, 1e-9) / (its - 1))
+    print(f"  {'model':<14}" + "".join(f"{f'N={n:.0e}':>12}" for n in sizes) + f"{'slope':>8}")
+    for name, ts in table.items():
+        slope = np.polyfit(np.log(sizes), np.log(ts), 1)[0]
+        print(f"  {name:<14}" + "".join(f"{t:>12.4f}" for t in ts) + f"{slope:>8.2f}")
+
+
+def _with_iters(make, n):
+    def build():
+        est = make()
+        if hasattr(est, "n_samples") and hasattr(est, "burn_in"):
+            est.set_params(n_samples=n)
+        else:
+            est.set_params(max_iter=n)
+        return est
+    return build
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    p.add_argument("--iters", type=int, default=5, help="EM iterations (both)")
-    p.add_argument("--sklearn-iters-large", type=int, default=2,
-                   help="sklearn iterations for N >= 1e6")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--no-sklearn", action="store_true")
+    p.add_argument("--only", nargs="+", default=["kernel", "lda", "defaults", "scaling"],
+                   choices=["kernel", "lda", "defaults", "scaling"])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--iters", type=int, default=5, help="EM iterations in [lda]")
+    p.add_argument("--kernel-n", type=int, default=1_000_000)
+    p.add_argument("--lda-n", type=int, default=100_000)
+    p.add_argument("--default-sizes", type=int, nargs="+", default=[20_000, 100_000])
+    p.add_argument("--scaling-sizes", type=int, nargs="+",
+                   default=[10_000, 100_000, 1_000_000])
+    p.add_argument("--baseline-rev", default="fe4faf2",
+                   help="git revision holding the previous E-step kernel")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
-    dtype = torch.float32 if a.dtype == "float32" else torch.float64
-    device = torch.device(a.device)
-    K = 4
-    print(f"BCE CAVI vs sklearn LDA(batch), M=20, K={K}, k_j=5, 5 inner E-steps, "
-          f"{a.dtype}, device={device}, torch threads=1")
-    print(f"{'N':>9} {'ours s/it':>10} {'ours MB':>8} {'sk s/it':>9} {'sk MB':>7} "
-          f"{'sk iters':>8} {'ratio':>7}")
-    for N in a.sizes:
-        ens = Ensemble.from_labels(synthetic(N))
-        ours, mem, gpu = bench_ours(ens, K, a.iters, dtype, device)
-        extra = f"  (GPU peak {gpu / 2**20:.0f} MB)" if gpu else ""
-        if a.no_sklearn:
-            print(f"{N:>9} {ours:>10.3f} {mem / 2**20:>8.0f}{extra}")
-            continue
-        sk_iters = a.sklearn_iters_large if N >= 1_000_000 else a.iters
-        sk, skmem = bench_sklearn(ens, K, sk_iters)
-        print(f"{N:>9} {ours:>10.3f} {mem / 2**20:>8.0f} {sk:>9.3f} {skmem / 2**20:>7.0f} "
-              f"{sk_iters:>8} {sk / ours:>6.1f}x{extra}", flush=True)
+    print(f"python {sys.version.split()[0]}, torch {torch.__version__}, torch threads 1; "
+          f"CPU seconds = time.process_time (all threads), medians of {a.repeats}")
+    for name in a.only:
+        globals()[f"bench_{name}"](a)
 
 
 if __name__ == "__main__":

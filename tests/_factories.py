@@ -42,6 +42,12 @@ ESTIMATORS = [
     "HBGF",
     "EAC",
     "QMI",
+    "ResamplingConsensus",
+    "MajorityVote",
+    "IVC",
+    "IPVC",
+    "MedoidConsensus",
+    "LeastSquaresConsensus",
 ]
 #: keyword arguments that keep each fit tiny (bad-input, sklearn-check, degenerate tests)
 FAST = {
@@ -57,6 +63,12 @@ FAST = {
     "HBGF": {"n_init": 1},
     "EAC": {},
     "QMI": {"n_init": 1},
+    "ResamplingConsensus": {"n_resamples": 5, "k_range": (2, 3)},
+    "MajorityVote": {},
+    "IVC": {"n_init": 1},
+    "IPVC": {"n_init": 1},
+    "MedoidConsensus": {},
+    "LeastSquaresConsensus": {"n_init": 1},
 }
 #: the hyper-parameter that plays the role of the number of clusters
 K_PARAM = {name: "n_clusters" for name in ESTIMATORS} | {"NBCE": "truncation"}

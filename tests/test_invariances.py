@@ -82,7 +82,7 @@ def test_column_permutation_invariance(name, seed):
 
 @pytest.mark.parametrize("name", ESTIMATORS)
 def test_every_estimator_same_random_state_same_result(name):
-    """Beyond the four models above: all twelve estimators are deterministic on CPU."""
+    """Beyond the four models above: every estimator is deterministic on CPU."""
     def fit():
         est = make_fast(name, **({"truncation": 5} if name == "NBCE" else {"n_clusters": 3}))
         est.set_params(random_state=11)

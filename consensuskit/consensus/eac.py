@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..base import ConsensusEstimator, check_n_clusters
+from ..base import ConsensusEstimator
 from ..ensemble import DENSE_COASSOCIATION_LIMIT, Ensemble
 
 __all__ = ["EAC"]
@@ -62,7 +62,8 @@ class EAC(ConsensusEstimator):
 
     Parameters
     ----------
-    n_clusters : int, default 2
+    n_clusters : int or None, default 2
+        None: chosen by resampling consensus (see docs/consensus_functions.md).
         The dendrogram is cut into this many clusters (``fcluster(maxclust)``).
     linkage : {"single", "average", "complete", "ward"}, default "average"
         * single / average / complete: on the distance ``1 - a_ij``;
@@ -90,8 +91,10 @@ class EAC(ConsensusEstimator):
         from scipy.cluster.hierarchy import fcluster, linkage
         from sklearn.utils import check_random_state
 
+        from .resampling import resolve_n_clusters
+
         N = ensemble.n_samples
-        K = check_n_clusters(self.n_clusters, N)
+        K = resolve_n_clusters(self, ensemble)
         if self.linkage not in _LINKAGES:
             raise ValueError(f"linkage must be one of {_LINKAGES}; got {self.linkage!r}")
         check_random_state(self.random_state)  # unused, but a bad value is not ignored

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils import check_random_state
 
-from ..base import ConsensusEstimator, check_n_clusters, check_positive_float, check_positive_int
+from ..base import ConsensusEstimator, check_positive_float, check_positive_int
 from ..ensemble import Ensemble, as_ensemble
 from .utilities import (
     centroids_from_counts,
@@ -44,7 +44,8 @@ class KCC(ConsensusEstimator):
 
     Parameters
     ----------
-    n_clusters : int, default 2
+    n_clusters : int or None, default 2
+        None: chosen by resampling consensus (see docs/consensus_functions.md).
         Number K of consensus clusters.
     utility : str, default "UH"
         One of ``"Uc", "UH", "Ucos", "UL5", "UL8"`` (standard form, eq. 18) or
@@ -133,8 +134,10 @@ class KCC(ConsensusEstimator):
 
     # ------------------------------------------------------------------
     def _fit(self, ensemble: Ensemble):
+        from .resampling import resolve_n_clusters
+
         N = ensemble.n_samples
-        K = check_n_clusters(self.n_clusters, N)
+        K = resolve_n_clusters(self, ensemble)
         util = get_utility(self.utility)
         n_init = check_positive_int(self.n_init, "n_init")
         max_iter = check_positive_int(self.max_iter, "max_iter")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..base import ConsensusEstimator, check_n_clusters, check_positive_int
+from ..base import ConsensusEstimator, check_positive_int
 from ..ensemble import Ensemble
 
 __all__ = ["QMI"]
@@ -31,7 +31,8 @@ class QMI(ConsensusEstimator):
 
     Parameters
     ----------
-    n_clusters : int, default 2
+    n_clusters : int or None, default 2
+        None: chosen by resampling consensus (see docs/consensus_functions.md).
     n_init : int, default 10
     max_iter : int, default 300
     random_state : None, int or RandomState
@@ -55,7 +56,9 @@ class QMI(ConsensusEstimator):
     def _fit(self, ensemble: Ensemble):
         from sklearn.cluster import KMeans
 
-        K = check_n_clusters(self.n_clusters, ensemble.n_samples)
+        from .resampling import resolve_n_clusters
+
+        K = resolve_n_clusters(self, ensemble)
         n_init = check_positive_int(self.n_init, "n_init")
         max_iter = check_positive_int(self.max_iter, "max_iter")
         F = self.features(ensemble)

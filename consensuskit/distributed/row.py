@@ -74,9 +74,10 @@ def row_setup(comm: Comm, data: LabelData, cfg: EMConfig, beta0s=()):
     return int(round(float(n))), cap
 
 
-def _local_bound(alpha, beta, gamma, phi_sum, stats, plogp):
+def _local_bound(alpha, beta, gamma, phi_sum, stats, plogp, terms):
     """This rank's rows' share of ``L(alpha, beta; phi, gamma)`` (no smoothing term)."""
-    return cavi.lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=0.0)
+    return cavi.lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=0.0,
+                            terms=terms)
 
 
 def drive_ranks(comm: Comm, engine, cfg: EMConfig, n_runs: int, hook, desc: str, t0):
@@ -199,13 +200,14 @@ class RingCAVI(Engine):
             buf = torch.empty(size, dtype=torch.float64)
             comm.recv(buf, r - 1, "rowseq/params")
             alpha, beta, acc, _ = self._unpack(buf)
-        gamma, phi_sum, stats_p, plogp_p, _ = cavi.e_step(
-            alpha, beta, data, state.gamma, cfg.inner_iter, chunk_size=cfg.chunk_size)
-        suff_p = cavi.elog_dirichlet(gamma).sum(1)
+        gamma, phi_sum, stats_p, plogp_p, _, terms = cavi.e_step(
+            alpha, beta, data, state.gamma, cfg.inner_iter, chunk_size=cfg.chunk_size,
+            with_terms=True)
+        suff_p = terms.suff.to(gamma.dtype)
         beta = cavi.update_beta(stats_p, data.offsets, cfg.smoothing)
         alpha, _ = cavi.update_alpha(alpha, suff_p, data.n_rows, tol=cfg.newton_tol,
                                      ensure_ascent=True, alpha_cap=self.alpha_cap)
-        acc += _local_bound(alpha, beta, gamma, phi_sum, stats_p, plogp_p)
+        acc += _local_bound(alpha, beta, gamma, phi_sum, stats_p, plogp_p, terms)
         if r < P - 1:
             comm.send(self._pack(alpha, beta, acc), r + 1, "rowseq/params")
             end = torch.empty(size, dtype=torch.float64)

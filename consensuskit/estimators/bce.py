@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -104,6 +105,10 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         and when the callback stops the fit; continue with
         ``fit(X, resume_from=checkpoint_path)`` (see :mod:`consensuskit.checkpoint`).
     checkpoint_every : int, default 10
+    n_jobs : int or None
+        Threads for the CPU E-step kernel and the k-means initialisation (None: torch's
+        setting, ``torch.get_num_threads()``; -1: one per CPU).  The fit does not
+        depend on it.
 
     Attributes
     ----------
@@ -151,7 +156,7 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
                  inner_iter=5, init="kmeans", smoothing=1e-6, alpha_estimate="meanfield",
                  batch_size=None, learning_rate=0.05, n_perplexity_samples=200, random_state=None,
                  device="cpu", dtype="float64", verbose=False, callback=None,
-                 checkpoint_path=None, checkpoint_every=10):
+                 checkpoint_path=None, checkpoint_every=10, n_jobs=None):
         self.n_clusters = n_clusters
         self.inference = inference
         self.max_iter = max_iter
@@ -171,6 +176,7 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         self.callback = callback
         self.checkpoint_path = checkpoint_path
         self.checkpoint_every = checkpoint_every
+        self.n_jobs = n_jobs
 
     # ------------------------------------------------------------------ fitting
     def _validate(self, ensemble):
@@ -221,14 +227,25 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
 
     def _init_beta(self, ensemble, K, rs):
         if self.init == "kmeans":
-            return cavi.init_beta_kmeans(ensemble, K, rs)
+            return cavi.init_beta_kmeans(ensemble, K, rs, n_jobs=self._threads())
         return cavi.init_beta_random(ensemble, K, rs)
+
+    def _threads(self):
+        """``n_jobs`` resolved: None -> torch's thread setting, -1 -> one per CPU."""
+        if self.n_jobs is None:
+            return torch.get_num_threads()
+        n = int(self.n_jobs)
+        if n == -1:
+            return os.cpu_count() or 1
+        if n < 1:
+            raise ValueError(f"n_jobs must be a positive int, -1 or None; got {self.n_jobs!r}")
+        return n
 
     def _engine(self, ensemble, data, K, features=None, **kw):
         """The CAVI engine of this estimator's settings (``kw``: distributed hooks)."""
         return cavi.CAVI(data, K, lambda rng: self._init_beta(ensemble, K, rng),
                          inner_iter=self.inner_iter, smoothing=self.smoothing,
-                         features=features, **kw)
+                         features=features, n_jobs=self._threads(), **kw)
 
     def _drive(self, engine, ensemble, rs, resume=None, digest=""):
         """``n_init`` restarts of ``engine`` under the fit driver (callback, checkpoints)."""

@@ -33,6 +33,7 @@ for the entropy term of the bound are accumulated.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +55,8 @@ __all__ = [
     "update_alpha",
     "alpha_objective",
     "lower_bound",
+    "RowTerms",
+    "row_terms",
     "phi_log_phi",
     "bound_at",
     "initial_gamma",
@@ -271,7 +274,40 @@ def _sum64(x) -> float:
     return float(x.sum(dtype=torch.float64))
 
 
-def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: float = 0.0):
+@dataclass
+class RowTerms:
+    """Per-row pieces of the bound, summed over rows, at the E-step's final ``gamma``.
+
+    With ``E_ih = psi(gamma_ih) - psi(sum_h gamma_ih)``:
+
+    Attributes
+    ----------
+    suff : Tensor (K,)
+        ``S_h = sum_i E_ih``, alpha's sufficient statistic (eq. 8).
+    cross : float
+        ``sum_ih (phi_sum_ih - gamma_ih) E_ih``.
+    lgamma : float
+        ``sum_i [sum_h lnG(gamma_ih) - lnG(sum_h gamma_ih)]``.
+    n_rows : int
+    """
+
+    suff: torch.Tensor
+    cross: float
+    lgamma: float
+    n_rows: int
+
+
+def row_terms(gamma, phi_sum) -> RowTerms:
+    """:class:`RowTerms` of ``gamma`` (K, N) and ``phi_sum`` (K, N) by torch (any device)."""
+    E = elog_dirichlet(gamma)
+    suff = E.sum(1, dtype=torch.float64)
+    cross = _sum64((phi_sum - gamma) * E)
+    lg = _sum64(torch.lgamma(gamma)) - _sum64(torch.lgamma(gamma.sum(0)))
+    return RowTerms(suff=suff, cross=cross, lgamma=lg, n_rows=int(gamma.shape[1]))
+
+
+def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: float = 0.0,
+                terms: RowTerms | None = None):
     """The variational lower bound ``L(alpha, beta; phi, gamma)`` (natural log), summed over rows.
 
     For each row ``i`` (``E_h = psi(gamma_ih) - psi(sum_h gamma_ih)``, observed ``j`` only)::
@@ -281,7 +317,10 @@ def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: f
         - lnG(sum gamma_i) + sum_h lnG(gamma_ih) - sum_h (gamma_ih - 1) E_h
         - sum_j sum_h phi_ijh ln phi_ijh
 
-    computed from sufficient statistics, so phi need not be stored.
+    computed from sufficient statistics, so phi need not be stored: with the
+    :class:`RowTerms` ``S``, ``cross`` and ``lgamma`` of ``(gamma, phi_sum)`` the row sums
+    are ``a . S + cross + lgamma`` (since ``(a_h - 1) E_h + phi_sum E_h - (gamma - 1) E_h
+    = a_h E_h + (phi_sum - gamma) E_h``).
 
     Parameters
     ----------
@@ -296,17 +335,19 @@ def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: f
         If > 0, adds ``smoothing * sum ln beta`` -- the log of the ``Dirichlet(1 + s)``
         prior on each beta row (up to a constant) that :func:`update_beta` maximises
         jointly with the bound; with it the EM objective is exactly non-decreasing.
+    terms : RowTerms, optional
+        The row terms of ``(gamma, phi_sum)`` when already computed (the CPU E-step
+        forms them in its last pass); else they are computed here (:func:`row_terms`).
     """
-    N = gamma.shape[1]
-    E = elog_dirichlet(gamma)
-    a = alpha.to(gamma.dtype)
-    const = N * (float(torch.lgamma(a.sum().double())) - _sum64(torch.lgamma(a.double())))
-    t = ((a[:, None] - gamma + phi_sum) * E).sum(dtype=torch.float64)
-    t += _sum64(torch.lgamma(gamma)) - _sum64(torch.lgamma(gamma.sum(0)))
+    if terms is None:
+        terms = row_terms(gamma, phi_sum)
+    N = terms.n_rows
+    a = alpha.detach().to(torch.float64).cpu()
+    const = N * (float(torch.lgamma(a.sum())) - float(torch.lgamma(a).sum()))
+    t = float((a * terms.suff.to(a)).sum()) + terms.cross + terms.lgamma
     logb = torch.log(beta)
-    t += (stats * logb).sum(dtype=torch.float64)
-    # (a_h - 1) E_h + phi_sum E_h - (gamma - 1) E_h == (a - gamma + phi_sum) E_h
-    val = const + float(t) - float(phi_log_phi)
+    t += _sum64(stats * logb)
+    val = const + t - float(phi_log_phi)
     if smoothing:
         val += smoothing * _sum64(logb)
     return val
@@ -329,7 +370,7 @@ def phi_log_phi(phi) -> float:
 
 def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = True,
            tol: float = 0.0, chunk_size: int = 8192, backend: str = "auto", weights=None,
-           extra=None):
+           extra=None, n_jobs: int | None = None, with_terms: bool = False):
     """The estimator's E-step: ``n_iter`` passes of (phi, gamma) updates, warm-started.
 
     Rows are processed in chunks of ``chunk_size`` (the updates are independent
@@ -372,12 +413,20 @@ def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = 
     phi_log_phi : float or None
     n_passes : int
         Largest number of passes used by a chunk.
+    terms : RowTerms
+        Only with ``with_terms=True`` (and ``collect``): the bound's row terms and
+        alpha's statistic at the returned gamma (:class:`RowTerms`), formed by the CPU
+        kernel in its last pass, by :func:`row_terms` on the torch backend.
 
     ``backend``: ``"torch"`` (any device; the reference), ``"numba"`` (CPU only, a fused
     per-row kernel computing the same quantities, see
     :mod:`consensuskit.inference._bce_numba`; plain BCE only), or ``"auto"`` (numba on
-    CPU for plain BCE when ``tol == 0``, else torch).
+    CPU for plain BCE when ``tol == 0``, else torch).  ``n_jobs``: threads for the numba
+    kernel's row blocks (None: torch's setting, ``torch.get_num_threads()``; -1: one per
+    CPU); the result does not depend on it.
     """
+    if with_terms and not collect:
+        raise ValueError("e_step: with_terms needs collect=True")
     if backend not in ("auto", "torch", "numba"):
         raise ValueError(f"backend must be 'auto', 'torch' or 'numba'; got {backend!r}")
     unit = weights is None or bool((weights == 1).all())
@@ -388,7 +437,8 @@ def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = 
     if backend == "numba":
         if not plain:
             raise ValueError("backend='numba' runs plain BCE only (no weights, no extra terms)")
-        return _e_step_numba(alpha, beta, data, gamma, n_iter, collect)
+        out = _e_step_numba(alpha, beta, data, gamma, n_iter, collect, n_jobs)
+        return out if with_terms else out[:5]
     if collect and tol > 0:
         raise ValueError("e_step: tol > 0 (early stopping) is only for collect=False")
     K, N = gamma.shape
@@ -452,6 +502,9 @@ def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = 
         plogp += _sum64(stats_L * logb_ext[:, :L])
         if extra is not None:
             plogp += extra.phi_log_phi
+        if with_terms:
+            return (gamma_out, phi_sum, stats_L, plogp, max_passes,
+                    row_terms(gamma_out, phi_sum))
         return gamma_out, phi_sum, stats_L, plogp, max_passes
     return gamma_out, phi_sum, None, None, max_passes
 
@@ -464,29 +517,34 @@ def _have_numba() -> bool:
     return True
 
 
-def _e_step_numba(alpha, beta, data, gamma, n_iter, collect):
-    from ._bce_numba import estep_rows
+def _e_step_numba(alpha, beta, data, gamma, n_iter, collect, n_jobs=None):
+    """:func:`e_step` by the fused kernel; returns its 5 outputs and the :class:`RowTerms`."""
+    from ._bce_numba import run_estep
 
     if gamma.device.type != "cpu":
         raise ValueError("backend='numba' needs CPU tensors")
     K, N = gamma.shape
     L = data.n_total_labels
     idx, mask = data.row_layout()
-    a = alpha.detach().to(gamma.dtype).numpy()
-    betaT = np.ascontiguousarray(_extend(beta).T.numpy())
-    g = np.ascontiguousarray(gamma.T.numpy())  # (N, K) copy
-    phisum = np.empty_like(g)
-    stats = np.zeros((L + 1, K))
-    has_mask = mask is not None
-    m = mask if has_mask else np.zeros((1, 1), dtype=g.dtype)
-    part = estep_rows(a, betaT, idx, m, has_mask, g, int(n_iter), bool(collect), stats, phisum)
-    gamma_out = torch.from_numpy(g).T.contiguous()
-    phi_sum = torch.from_numpy(phisum).T.contiguous()
+    dt = gamma.dtype
+    betaT = np.ascontiguousarray(_extend(beta.detach().to(dt)).T.numpy())
+    if mask is not None and mask.dtype != betaT.dtype:
+        mask = mask.astype(betaT.dtype)
+    if n_jobs is None:
+        n_jobs = torch.get_num_threads()
+    elif n_jobs < 0:
+        n_jobs = os.cpu_count() or 1
+    g_out, ps, stats, terms = run_estep(
+        alpha.detach().to(torch.float64).numpy(), betaT, idx, mask,
+        gamma.detach().contiguous().numpy(), int(n_iter), bool(collect), n_threads=n_jobs)
+    gamma_out, phi_sum = torch.from_numpy(g_out), torch.from_numpy(ps)
     if not collect:
-        return gamma_out, phi_sum, None, None, n_iter
+        return gamma_out, phi_sum, None, None, n_iter, None
     st = torch.from_numpy(stats[:L].T.copy())
-    plogp = part + float((st * torch.log(beta.double())).sum())
-    return gamma_out, phi_sum, st.to(beta.dtype), plogp, n_iter
+    plogp = float(terms[K]) + float((st * torch.log(beta.detach().double())).sum())
+    rt = RowTerms(suff=torch.from_numpy(terms[:K].copy()), cross=float(terms[K + 1]),
+                  lgamma=float(terms[K + 2]), n_rows=N)
+    return gamma_out, phi_sum, st.to(beta.dtype), plogp, n_iter, rt
 
 
 def initial_gamma(alpha, data: LabelData, dtype=None, row_weights=None):
@@ -516,17 +574,21 @@ def fold_in(alpha, beta, data: LabelData, *, max_iter: int = 500, tol: float = 1
 # initialisation and the full variational EM loop
 # ---------------------------------------------------------------------------------------
 def init_beta_kmeans(ensemble, n_clusters: int, random_state, *, smoothing: float = 1e-2,
-                     max_rows: int = 20000):
+                     max_rows: int = 20000, n_jobs: int | None = None):
     """Initial beta from k-means on the one-hot labels, as a ``(K, L)`` float64 array.
 
     k-means (``n_init=1``) runs on at most ``max_rows`` randomly chosen rows of the
     sparse one-hot matrix; each centroid's block of column ``j`` is the fraction
     of the cluster's members carrying each label of ``j``, i.e. a label
     distribution.  ``smoothing`` is added before each block is normalised, so no
-    label starts at probability 0.
+    label starts at probability 0.  k-means runs on ``n_jobs`` OpenMP threads (None:
+    torch's setting, ``torch.get_num_threads()``), so a user who limits torch to one
+    thread is not charged for scikit-learn's thread pool (on a busy machine its
+    spinning threads cost several times the work itself).
     """
     from sklearn.cluster import KMeans
     from sklearn.utils import check_random_state
+    from threadpoolctl import threadpool_limits
 
     rs = check_random_state(random_state)
     N = ensemble.n_samples
@@ -534,7 +596,8 @@ def init_beta_kmeans(ensemble, n_clusters: int, random_state, *, smoothing: floa
     sub = ensemble.subset(rows)
     B = sub.onehot(dtype=np.float64)
     km = KMeans(n_clusters=n_clusters, n_init=1, random_state=rs.randint(2**31 - 1))
-    lab = km.fit_predict(B)
+    with threadpool_limits(limits=n_jobs or torch.get_num_threads(), user_api="openmp"):
+        lab = km.fit_predict(B)
     import scipy.sparse as sp
 
     assign = sp.csr_matrix((np.ones(lab.size), (lab, np.arange(lab.size))),
@@ -609,13 +672,17 @@ class CAVI(Engine):
         an all-reduce); None: this process holds every row.
     n_rows : int or None
         ``N`` over all processes (default: this process's rows).
-    backend : passed to :func:`e_step`.
+    backend, n_jobs : passed to :func:`e_step`.
+
+    alpha's statistic and the bound's row terms come with the E-step
+    (:class:`RowTerms`; on CPU from the kernel's last pass), not from a second pass.
     """
 
     def __init__(self, data: LabelData, n_clusters: int, init_beta, *, alpha0=None,
                  inner_iter: int = 5, smoothing: float = 1e-6, alpha_cap: float | None = None,
                  newton_tol: float = 1e-10, chunk_size: int = 8192, backend: str = "auto",
-                 features=None, reduce=None, n_rows: int | None = None):
+                 features=None, reduce=None, n_rows: int | None = None,
+                 n_jobs: int | None = None):
         self.data = data
         self.K = int(n_clusters)
         self.init_beta = init_beta
@@ -625,6 +692,7 @@ class CAVI(Engine):
         self.newton_tol = newton_tol
         self.chunk_size = chunk_size
         self.backend = backend
+        self.n_jobs = n_jobs
         self.features = features
         self.reduce = reduce
         self.n_rows = data.n_rows if n_rows is None else int(n_rows)
@@ -653,10 +721,11 @@ class CAVI(Engine):
     def step(self, state, rng=None):
         f = self.features
         term = None if f is None else f.e_term(state.mu, state.sigma2)
-        gamma, phi_sum, stats, plogp, _ = e_step(
+        gamma, phi_sum, stats, plogp, _, terms = e_step(
             state.alpha, state.beta, self.data, state.gamma, self.inner_iter,
-            chunk_size=self.chunk_size, backend=self.backend, weights=self.weights, extra=term)
-        suff = elog_dirichlet(gamma).sum(1)
+            chunk_size=self.chunk_size, backend=self.backend, weights=self.weights, extra=term,
+            n_jobs=self.n_jobs, with_terms=True)
+        suff = terms.suff.to(self.dtype)
         local_stats = stats
         if self.reduce is not None:
             K, L = stats.shape
@@ -670,9 +739,11 @@ class CAVI(Engine):
         alpha, newton = update_alpha(state.alpha, suff, self.n_rows, tol=self.newton_tol,
                                      ensure_ascent=True, alpha_cap=self.alpha_cap)
         if self.reduce is None:
-            lb = lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=self.smoothing)
+            lb = lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=self.smoothing,
+                             terms=terms)
         else:
-            part = lower_bound(alpha, beta, gamma, phi_sum, local_stats, plogp, smoothing=0.0)
+            part = lower_bound(alpha, beta, gamma, phi_sum, local_stats, plogp, smoothing=0.0,
+                               terms=terms)
             part = self.reduce(torch.tensor([part], dtype=torch.float64), "row/bound")
             lb = float(part) + self.smoothing * float(torch.log(beta).sum(dtype=torch.float64))
         if term is not None:
@@ -693,11 +764,13 @@ class CAVI(Engine):
 def variational_em(data: LabelData, n_clusters: int, beta0, alpha0=None, *, max_iter: int = 100,
                    tol: float = 1e-6, inner_iter: int = 5, smoothing: float = 1e-6,
                    alpha_cap: float | None = None, newton_tol: float = 1e-10,
-                   chunk_size: int = 8192, backend: str = "auto", features=None):
+                   chunk_size: int = 8192, backend: str = "auto", features=None,
+                   n_jobs: int | None = None):
     """One run of variational EM from ``beta0`` (K, L): :class:`CAVI` under the driver.
 
     Stops when the objective's relative change is ``<= tol``, after ``max_iter``
-    iterations, or at the degenerate optimum.  ``features``: GBCE's feature term.
+    iterations, or at the degenerate optimum.  ``features``: GBCE's feature term;
+    ``n_jobs``: threads for the E-step kernel (see :func:`e_step`).
 
     Returns
     -------
@@ -707,5 +780,5 @@ def variational_em(data: LabelData, n_clusters: int, beta0, alpha0=None, *, max_
     """
     engine = CAVI(data, n_clusters, beta0, alpha0=alpha0, inner_iter=inner_iter,
                   smoothing=smoothing, alpha_cap=alpha_cap, newton_tol=newton_tol,
-                  chunk_size=chunk_size, backend=backend, features=features)
+                  chunk_size=chunk_size, backend=backend, features=features, n_jobs=n_jobs)
     return drive(engine, max_iter=max_iter, tol=tol).best
