@@ -189,11 +189,14 @@ class ConsensusEstimator(ClusterMixin, BaseEstimator):
 
 
 class GenerativeMixin:
-    """``score`` and ``perplexity`` for models that define a label likelihood.
+    """``score``, ``score_samples``, ``perplexity`` and ``inference_data_`` for models
+    that define a label likelihood.
 
-    Subclasses implement ``_log_likelihood(ensemble) -> (total, se)``: the total
-    log-likelihood (natural log) of the *observed* labels of the rows in
-    ``ensemble`` and its standard error (``0.0`` when computed exactly).
+    Subclasses implement ``_pointwise_log_likelihood(ensemble) -> (log_lik, var)``: per
+    row ``i`` of ``ensemble`` (arrays of shape (n,)) the log (predictive) probability of
+    its *observed* labels, natural log, and the Monte-Carlo variance of that estimate
+    (zeros when computed exactly).  The total is their sum and its standard error
+    ``sqrt(sum var)`` (rows are estimated independently).
 
     Perplexity is ``exp(-total / n_observed)``.  Because each observed label is a
     discrete outcome whose (predictive) probability is at most 1, the true total is
@@ -202,10 +205,61 @@ class GenerativeMixin:
     slightly below 1) when ``p(X)`` is near 1, within its standard error; a total
     above 0 by more than four standard errors plus float round-off is a bug in the
     engine, and this class raises rather than report it.
+
+    ``inference_data_`` is an :class:`arviz.InferenceData` whose ``log_likelihood`` group
+    holds the training rows' log-likelihood per posterior draw (``_log_likelihood_draws``,
+    default: the single point estimate) so that ``az.loo`` / ``az.compare`` apply where
+    the fit has posterior draws.
     """
 
-    def _log_likelihood(self, ensemble: Ensemble):  # pragma: no cover - abstract
+    def _pointwise_log_likelihood(self, ensemble: Ensemble):  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _log_likelihood(self, ensemble: Ensemble):
+        """``(total, se)`` over the rows of ``ensemble`` from the per-row values."""
+        ll, var = self._pointwise_log_likelihood(ensemble)
+        return float(np.sum(ll)), float(np.sqrt(np.sum(var)))
+
+    def score_samples(self, X, unknown: str = "error"):
+        """Per-row log-likelihood of the observed labels of ``X``, shape (n,).
+
+        Its sum over rows is the total that :meth:`perplexity` exponentiates.  Rows with
+        no observed label score 0.
+        """
+        ens = X if isinstance(X, Ensemble) and X is getattr(self, "ensemble_", None) else None
+        if ens is None:
+            ens = self._encode_new(X, unknown=unknown)
+        ll, _ = self._pointwise_log_likelihood(ens)
+        return np.asarray(ll, dtype=np.float64)
+
+    def score_samples_se(self, X, unknown: str = "error"):
+        """``(score_samples(X), its per-row Monte-Carlo standard error)``, each (n,)."""
+        ens = X if isinstance(X, Ensemble) and X is getattr(self, "ensemble_", None) else None
+        if ens is None:
+            ens = self._encode_new(X, unknown=unknown)
+        ll, var = self._pointwise_log_likelihood(ens)
+        return np.asarray(ll, dtype=np.float64), np.sqrt(np.asarray(var, dtype=np.float64))
+
+    def _log_likelihood_draws(self):
+        """Training rows' log-likelihood per posterior draw, (chains, draws, n)."""
+        ll, _ = self._pointwise_log_likelihood(self.ensemble_)
+        return np.asarray(ll, dtype=np.float64)[None, None]
+
+    def _posterior_for_arviz(self):
+        """Posterior draws of the global parameters, site -> (chains, draws, ...)."""
+        return getattr(self, "_arviz_posterior", {})
+
+    @property
+    def inference_data_(self):
+        """ArviZ ``InferenceData``: ``posterior`` (where there are draws) and
+        ``log_likelihood`` (variable ``"x"``, dims chain, draw, row) of the training rows."""
+        from sklearn.utils.validation import check_is_fitted
+
+        from .inference.arviz_adapter import to_inference_data
+
+        check_is_fitted(self, "labels_")
+        return to_inference_data(self._posterior_for_arviz(), getattr(self, "_arviz_attrs", None),
+                                 log_likelihood={"x": self._log_likelihood_draws()})
 
     def _checked_log_likelihood(self, X, unknown="error"):
         ens = X if isinstance(X, Ensemble) and X is getattr(self, "ensemble_", None) else None

@@ -53,6 +53,12 @@ MODEL_CLASSES = {
     "hbgf": "HBGF",
     "eac": "EAC",
     "qmi": "QMI",
+    "resampling": "ResamplingConsensus",
+    "vote": "MajorityVote",
+    "ivc": "IVC",
+    "ipvc": "IPVC",
+    "medoid": "MedoidConsensus",
+    "least-squares": "LeastSquaresConsensus",
 }
 
 NUMBERING = "Messages count file lines and columns from 1, as an editor shows them."

@@ -10,6 +10,7 @@ from scipy.optimize import linear_sum_assignment
 from consensuskit.ensemble import Ensemble
 from consensuskit.estimators.bce import BCE
 from consensuskit.inference import bce_cavi as cavi
+from consensuskit.inference.bce_svi import empirical_bayes_model
 from consensuskit.models import bce as bce_model
 
 
@@ -47,8 +48,9 @@ def _hand_bound(ens, alpha, betas, gamma, phi):
 
 
 def _pyro_elbo(loss, guide, ens, alpha, betas, reps=4, **guide_kw):
-    codes = torch.tensor(np.ascontiguousarray(ens.codes.T))
-    vals = [-loss.loss(bce_model.model, guide, codes, ens.n_labels, 2, alpha=alpha,
+    codes = torch.tensor(ens.codes)
+    vals = [-loss.loss(bce_model.model, guide, codes, n_labels=ens.n_labels, n_clusters=2,
+                       alpha=alpha,
                        beta=bce_model.pad_beta(betas), **guide_kw) for _ in range(reps)]
     return float(np.mean(vals)), float(np.std(vals, ddof=1) / np.sqrt(reps))
 
@@ -209,15 +211,16 @@ def test_bad_parameters():
 def test_model_minibatch_runs():
     """The Pyro model/guide accept a row subsample (and a streamed chunk)."""
     ens = Ensemble.from_labels(TINY)
-    codes = torch.tensor(np.ascontiguousarray(ens.codes.T))
+    codes = torch.tensor(ens.codes)
     elbo = TraceEnum_ELBO(max_plate_nesting=2)
     pyro.clear_param_store()
-    v = elbo.loss(bce_model.model, bce_model.guide_enumerated, codes, ens.n_labels, 2,
-                  subsample_size=2)
+    kw = dict(n_labels=ens.n_labels, n_clusters=2)
+    v = elbo.loss(empirical_bayes_model, bce_model.guide_enumerated, codes, subsample_size=2,
+                  **kw)
     assert np.isfinite(v)
     sub = torch.tensor([1, 4])
-    v2 = elbo.loss(bce_model.model, bce_model.guide_enumerated, codes[:, sub], ens.n_labels, 2,
-                   size=5, subsample=sub)
+    v2 = elbo.loss(empirical_bayes_model, bce_model.guide_enumerated, codes[sub], n_rows=5,
+                   subsample=sub, **kw)
     assert np.isfinite(v2)
 
 

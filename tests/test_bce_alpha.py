@@ -130,10 +130,11 @@ def _pyro_meanfield_elbo(m, ens, particles=1000, reps=4):
     beta = cavi.pack_beta(m.beta_)
     gamma = torch.tensor(m.gamma_)
     phi = cavi.update_phi(cavi.elog_dirichlet(gamma.T), beta, data.idx, data.mask)
-    codes = torch.tensor(np.ascontiguousarray(ens.codes.T))
+    labels = torch.tensor(ens.codes)  # (N, M), the specs' convention
     loss = TraceEnum_ELBO(num_particles=particles, vectorize_particles=True, max_plate_nesting=2)
     guide = config_enumerate(bce_model.guide_meanfield, "parallel")
-    vals = [-loss.loss(bce_model.model, guide, codes, ens.n_labels, m.n_clusters,
+    vals = [-loss.loss(bce_model.model, guide, labels, n_labels=ens.n_labels,
+                       n_clusters=m.n_clusters,
                        alpha=torch.tensor(m.alpha_), beta=bce_model.pad_beta(m.beta_),
                        gamma=gamma, phi=phi.permute(0, 2, 1)) for _ in range(reps)]
     return float(np.mean(vals)), float(np.std(vals, ddof=1) / np.sqrt(reps))

@@ -70,7 +70,8 @@ def test_collapsed_joint_matches_pyro_model_monte_carlo(prior):
         with pyro.plate("particles", S, dim=-2):
             tr = poutine.trace(
                 poutine.condition(model, data={"z": torch.tensor(z)})
-            ).get_trace(torch.tensor(codes), n_labels, T, a0, b, prior)
+            ).get_trace(torch.tensor(codes), n_labels=n_labels, n_clusters=T, alpha0=a0,
+                        beta=b, prior=prior)
     lp = torch.zeros(S, dtype=torch.float64)
     for name, site in tr.nodes.items():
         if site["type"] == "sample" and (name == "z" or name.startswith("x_")):
@@ -252,7 +253,8 @@ def test_vb_bound_equals_pyro_elbo(rng):
             warnings.simplefilter("ignore")
             # ten independent estimates: their spread gives the standard error
             ests = [-elbo.loss(model, guide_fsd, torch.as_tensor(ens.codes),
-                               ens.n_labels.tolist(), T, a0, b, "fsd") for _ in range(10)]
+                               n_labels=ens.n_labels.tolist(), n_clusters=T, alpha0=a0,
+                               beta=b, prior="fsd") for _ in range(10)]
     finally:
         torch.set_default_dtype(old)
     est, se = np.mean(ests), np.std(ests, ddof=1) / np.sqrt(len(ests))
@@ -331,7 +333,8 @@ def test_tsb_fewer_singletons_than_fsd_when_truncation_binds():
         with torch.random.fork_rng():
             torch.manual_seed(0)
             with pyro.plate("particles", 2000, dim=-2):
-                tr = poutine.trace(model).get_trace(codes, [1], T, a0, 0.5, prior)
+                tr = poutine.trace(model).get_trace(codes, n_labels=[1], n_clusters=T, alpha0=a0,
+                                                    beta=0.5, prior=prior)
         z = tr.nodes["z"]["value"].reshape(2000, N).numpy()
         sing = _singleton_points(z)
         res[prior] = (sing.mean(), sing.std() / np.sqrt(sing.size))
@@ -553,11 +556,12 @@ def test_pyro_guides_run_with_svi(prior, incomplete_labels):
 
     ens = Ensemble.from_labels(incomplete_labels)
     guide = guide_fsd if prior == "fsd" else guide_tsb
-    args = (torch.as_tensor(ens.codes), ens.n_labels.tolist(), 4, 1.0, 0.5, prior)
+    args = (torch.as_tensor(ens.codes),)
+    kw = dict(n_labels=ens.n_labels.tolist(), n_clusters=4, alpha0=1.0, beta=0.5, prior=prior)
     pyro.clear_param_store()
     svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 0.05}),
                          pyro.infer.TraceEnum_ELBO(max_plate_nesting=1, num_particles=4,
                                                    vectorize_particles=True))
-    losses = [svi.step(*args) for _ in range(20)]
+    losses = [svi.step(*args, **kw) for _ in range(20)]
     assert np.all(np.isfinite(losses))
     assert np.mean(losses[-5:]) < np.mean(losses[:5])

@@ -27,11 +27,12 @@ from ..inference import bce_alpha
 from ..inference import bce_cavi as cavi
 from ..inference.driver import Fit
 from ..inference.driver import fit as drive
+from .pyro import HubBackedMixin
 
 __all__ = ["BCE"]
 
 
-class BCE(GenerativeMixin, ConsensusEstimator):
+class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
     """Bayesian cluster ensemble: a mixed-membership model of base-clustering labels.
 
     Generative process (paper symbols; ``k_j`` labels in base clustering ``j``)::
@@ -48,9 +49,14 @@ class BCE(GenerativeMixin, ConsensusEstimator):
     ----------
     n_clusters : int, default 2
         ``K``, the number of consensus clusters.
-    inference : {"cavi", "svi"}
-        Variational EM with closed-form updates, or stochastic VI (Pyro) with the
-        z-enumerated guide (:func:`consensuskit.models.bce.guide_enumerated`).
+    inference : {"cavi", "svi", "nuts"}
+        Variational EM with closed-form updates, stochastic VI (Pyro) with the
+        z-enumerated guide (:func:`consensuskit.models.bce.guide_enumerated`), or NUTS on
+        the full Bayesian spec :func:`consensuskit.models.bce.model` (alpha ~ Gamma(1, 1),
+        beta_jh ~ Dirichlet(1), z enumerated) through :class:`~consensuskit.PyroConsensus`
+        (then ``max_iter`` is the number of draws and of warm-up steps per chain and
+        ``n_init`` the number of chains; ``alpha_``/``beta_`` are posterior means after
+        relabelling, the fitted hub is ``hub_``).
     max_iter : int, default 100
         EM iterations per restart (cavi) or epochs over the rows (svi).
     tol : float, default 1e-6
@@ -175,8 +181,9 @@ class BCE(GenerativeMixin, ConsensusEstimator):
     # ------------------------------------------------------------------ fitting
     def _validate(self, ensemble):
         K = check_n_clusters(self.n_clusters, ensemble.n_samples)
-        if self.inference not in ("cavi", "svi"):
-            raise ValueError(f"inference must be 'cavi' or 'svi'; got {self.inference!r}")
+        if self.inference not in ("cavi", "svi", "nuts"):
+            raise ValueError(
+                f"inference must be 'cavi', 'svi' or 'nuts'; got {self.inference!r}")
         if self.init not in ("kmeans", "random"):
             raise ValueError(f"init must be 'kmeans' or 'random'; got {self.init!r}")
         if self.alpha_estimate not in ("iw", "meanfield"):
@@ -192,7 +199,7 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         if self.batch_size is not None:
             check_positive_int(self.batch_size, "batch_size")
         check_checkpoint_params(self)
-        if self.inference == "svi" and (
+        if self.inference != "cavi" and (
             self.callback is not None or self.checkpoint_path is not None
         ):
             raise ValueError("callback and checkpoint_path need inference='cavi'")
@@ -331,6 +338,9 @@ class BCE(GenerativeMixin, ConsensusEstimator):
     def _fit(self, ensemble: Ensemble, resume=None):
         K, dev, dtype = self._validate(ensemble)
         self._device, self._dtype = dev, dtype
+        self.hub_ = None
+        if self.inference == "nuts":
+            return self._fit_nuts(ensemble)
         rs = check_random_state(self.random_state)
         data = ensemble.label_data(dev, dtype)
         if self.inference == "cavi":
@@ -351,6 +361,25 @@ class BCE(GenerativeMixin, ConsensusEstimator):
                                           smoothing=self.smoothing)
         return self
 
+    def _fit_nuts(self, ensemble):
+        from ..models import bce as spec
+
+        hub = self._fit_on_hub(ensemble, spec.model, inference="nuts",
+                               num_samples=self.max_iter, warmup_steps=self.max_iter,
+                               num_chains=self.n_init,
+                               n_perplexity_samples=self.n_perplexity_samples)
+        M = ensemble.n_partitions
+        self.alpha_ = self._aligned_mean("alpha")
+        self.beta_ = [self._aligned_mean(f"beta_{j}") for j in range(M)]
+        self._alpha_t = torch.as_tensor(self.alpha_, dtype=self._dtype, device=self._device)
+        self._beta_t = cavi.pack_beta(self.beta_, dtype=self._dtype, device=self._device)
+        self.gamma_ = None
+        self.lower_bounds_, self.lower_bound_ = [], float("nan")
+        self.n_iter_, self.converged_ = self.max_iter, True
+        self.degenerate_, self.n_degenerate_, self.stopped_ = False, 0, False
+        self.mcmc_info_ = hub.mcmc_info_
+        return self
+
     # ------------------------------------------------------------------ fold-in
     def _fold_in(self, ensemble: Ensemble):
         check_is_fitted(self, "alpha_")
@@ -364,6 +393,8 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         fitted alpha and beta held fixed.  ``unknown``: what to do with a label a
         column never showed in ``fit`` ("error" or "missing").
         """
+        if self._hub() is not None:
+            return self.hub_.predict_proba(X, unknown=unknown)
         gamma, _ = self._fold_in(self._encode_new(X, unknown=unknown))
         g = gamma.T.cpu().numpy().astype(np.float64)
         return g / g.sum(1, keepdims=True)
@@ -373,7 +404,7 @@ class BCE(GenerativeMixin, ConsensusEstimator):
         return self.predict_proba(X, unknown=unknown).argmax(1)
 
     # ------------------------------------------------------------ likelihood
-    def _log_likelihood(self, ensemble: Ensemble):
+    def _pointwise_log_likelihood(self, ensemble: Ensemble):
         r"""Importance-sampling estimate of ``log p(x)`` and its standard error.
 
         ``theta_i`` is integrated out and each row's assignments are drawn left to
@@ -384,19 +415,22 @@ class BCE(GenerativeMixin, ConsensusEstimator):
                                           / (sum(alpha) + V_i^{<j})
 
         The mean is unbiased for ``p(x_i)``; its log is biased low by about half the
-        variance below, so the perplexity is slightly conservative.  Standard error
-        of the total (delta method, rows independent)::
+        variance below, so the perplexity is slightly conservative.  Variance of each
+        row's estimate (delta method)::
 
-            se^2 = sum_i Var_s(w_is) / (S * mean_s(w_is)^2)
+            var_i = Var_s(w_is) / (S * mean_s(w_is)^2)
 
         Returns
         -------
-        total : float
-        se : float
+        log_lik : ndarray (n,)
+        var : ndarray (n,)
         """
         check_is_fitted(self, "alpha_")
+        if self._hub() is not None:
+            return self.hub_._pointwise_log_likelihood(ensemble)
         data = ensemble.label_data(self._device, self._dtype)
         g = torch_generator(self.random_state, device=self._device)
-        per_row, se = bce_alpha.log_marginal(self._alpha_t, self._beta_t, data,
-                                             self.n_perplexity_samples, g)
-        return float(per_row.sum()), se
+        per_row, var = bce_alpha.log_marginal(self._alpha_t, self._beta_t, data,
+                                              self.n_perplexity_samples, g,
+                                              return_row_var=True)
+        return per_row.cpu().numpy(), var.cpu().numpy()

@@ -19,11 +19,12 @@ from ..base import (
 )
 from ..ensemble import Ensemble
 from ..inference import mm_em
+from .pyro import HubBackedMixin
 
 __all__ = ["MM"]
 
 
-class MM(GenerativeMixin, ConsensusEstimator):
+class MM(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
     """Finite mixture of per-column categorical distributions fitted by MAP-EM.
 
     Each consensus cluster ``k`` is a component with weight ``pi_k`` and, for
@@ -36,6 +37,12 @@ class MM(GenerativeMixin, ConsensusEstimator):
     ----------
     n_clusters : int, default 2
         Number of consensus clusters ``K`` (mixture components).
+    inference : {"em", "svi", "nuts"}, default "em"
+        MAP-EM (below); SVI on the spec :func:`consensuskit.models.mm.model` with its MAP
+        guide (``max_iter`` Adam steps, one run); or NUTS on the spec (``max_iter`` draws
+        and warm-up steps per chain, ``n_init`` chains; ``weights_``/``theta_`` are
+        posterior means after relabelling and scoring averages over the draws; the
+        fitted :class:`~consensuskit.PyroConsensus` is ``hub_``).
     n_init : int, default 5
         EM restarts; the run with the highest penalised log-likelihood is kept.
     max_iter : int, default 200
@@ -94,6 +101,7 @@ class MM(GenerativeMixin, ConsensusEstimator):
         self,
         n_clusters=2,
         *,
+        inference="em",
         n_init=5,
         max_iter=200,
         tol=1e-6,
@@ -106,6 +114,7 @@ class MM(GenerativeMixin, ConsensusEstimator):
         verbose=False,
     ):
         self.n_clusters = n_clusters
+        self.inference = inference
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
@@ -130,6 +139,8 @@ class MM(GenerativeMixin, ConsensusEstimator):
                     f"{name} must be >= 1 (a Dirichlet concentration below 1 has no "
                     f"interior MAP point); got {v}"
                 )
+        if self.inference not in ("em", "svi", "nuts"):
+            raise ValueError(f"inference must be 'em', 'svi' or 'nuts'; got {self.inference!r}")
         if not isinstance(self.init, str) or self.init not in ("random", "kmeans"):
             raise ValueError(f"init must be 'random' or 'kmeans'; got {self.init!r}")
         if not isinstance(self.verbose, (bool, np.bool_)):
@@ -152,6 +163,10 @@ class MM(GenerativeMixin, ConsensusEstimator):
 
     def _fit(self, ensemble: Ensemble):
         K, device, dtype = self._check_params(ensemble.n_samples)
+        self.hub_ = None
+        if self.inference != "em":
+            self._device, self._dtype = device, dtype
+            return self._fit_pyro(ensemble)
         rs = check_random_state(self.random_state)
         layout = mm_em.prepare(ensemble.label_data(device, dtype))
         init = self._kmeans_init(ensemble, K, rs) if self.init == "kmeans" else "random"
@@ -184,6 +199,36 @@ class MM(GenerativeMixin, ConsensusEstimator):
         self.converged_ = bool(run.converged)
         return self
 
+    def _fit_pyro(self, ensemble: Ensemble):
+        """SVI (MAP guide: the penalised likelihood EM maximises) or NUTS on the spec."""
+        from ..models import mm as spec
+
+        kw = dict(label_prior=float(self.label_prior), weight_prior=float(self.weight_prior))
+        if self.inference == "svi":
+            hub = self._fit_on_hub(ensemble, spec.model, inference="svi",
+                                   guide=spec.map_guide, model_kwargs=kw,
+                                   num_steps=self.max_iter)
+            self.lower_bounds_ = -np.asarray(hub.losses_, dtype=np.float64)
+        else:
+            hub = self._fit_on_hub(ensemble, spec.model, inference="nuts", model_kwargs=kw,
+                                   num_samples=self.max_iter, warmup_steps=self.max_iter,
+                                   num_chains=self.n_init)
+            self.lower_bounds_ = np.zeros(0)
+            self.mcmc_info_ = hub.mcmc_info_
+        M = ensemble.n_partitions
+        self.weights_ = self._aligned_mean("pi")
+        self.theta_ = [self._aligned_mean(f"theta_{j}") for j in range(M)]
+        opts = dict(dtype=self._dtype, device=self._device)
+        self._log_pi = torch.log(torch.as_tensor(self.weights_, **opts))
+        self._log_theta = torch.log(torch.as_tensor(np.concatenate(self.theta_, axis=1), **opts))
+        if self.inference == "svi":
+            self.hub_ = None  # a point estimate: score and predict with the EM formulas
+        self.lower_bound_ = float(self.lower_bounds_[-1]) if len(self.lower_bounds_) else np.nan
+        self.log_likelihood_ = float(np.sum(self._pointwise_log_likelihood(ensemble)[0]))
+        self.n_iter_ = int(self.max_iter)
+        self.converged_ = False
+        return self
+
     # -- fold-in --------------------------------------------------------------
     def _posterior(self, ensemble: Ensemble):
         layout = mm_em.prepare(ensemble.label_data(self._device, self._dtype))
@@ -204,6 +249,8 @@ class MM(GenerativeMixin, ConsensusEstimator):
         ndarray of shape (n_rows, n_clusters)
         """
         check_is_fitted(self, "weights_")
+        if self._hub() is not None:
+            return self.hub_.predict_proba(X, unknown=unknown)
         resp, _ = self._posterior(self._encode_new(X, unknown=unknown))
         return resp.T.cpu().double().numpy()
 
@@ -211,8 +258,14 @@ class MM(GenerativeMixin, ConsensusEstimator):
         """Most probable consensus cluster of each (new) row, shape (n_rows,)."""
         return np.argmax(self.predict_proba(X, unknown=unknown), axis=1).astype(np.int64)
 
-    def _log_likelihood(self, ensemble: Ensemble):
-        """Exact ``sum_i log sum_k pi_k prod_{j observed} theta_jk(x_ij)``; returns (total, 0.0)."""
+    def _pointwise_log_likelihood(self, ensemble: Ensemble):
+        """Exact ``log sum_k pi_k prod_{j observed} theta_jk(x_ij)`` per row; variance 0."""
         check_is_fitted(self, "weights_")
-        _, ll = self._posterior(ensemble)
-        return ll, 0.0
+        if self._hub() is not None:
+            return self.hub_._pointwise_log_likelihood(ensemble)
+        layout = mm_em.prepare(
+            ensemble.codes, ensemble.n_labels, device=self._device, dtype=self._dtype
+        )
+        L = mm_em.log_likelihood_matrix(layout, self._log_pi, self._log_theta)  # (K, n)
+        ll = torch.logsumexp(L, dim=0).double().cpu().numpy()
+        return ll, np.zeros_like(ll)

@@ -21,7 +21,6 @@ from ..base import (
 )
 from ..checkpoint import check_checkpoint_params, checkpoint_writer, read_checkpoint
 from ..ensemble import Ensemble, as_ensemble
-from ..inference.arviz_adapter import to_inference_data
 from ..inference.nbce_cvb import CVB
 from ..inference.nbce_gibbs import (
     co_clustering,
@@ -146,7 +145,8 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         ``labels_``' clusters by the Hungarian method on their overlap) in which
         the point is in each consensus cluster.  VB/CVB: q(z) on the kept clusters,
         renormalised.
-    inference_data_ : arviz InferenceData (arviz 0.x) / DataTree (1.x) or None
+    inference_data_ : arviz InferenceData (arviz 0.x) / DataTree (1.x)
+        Gibbs: the traces above in ``posterior``; every engine: ``log_likelihood``.
         Gibbs: permutation-invariant traces ``log_joint``, ``n_clusters``
         (occupied), ``alpha0``, ``beta`` with dims (chain, draw).  None for VB/CVB.
     samples_ : dict
@@ -340,15 +340,14 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         self.n_clusters_draws_ = out["n_occupied"]
         self.alpha0_ = float(out["alpha0"].mean())
         self.beta_ = float(out["beta"].mean())
-        self.inference_data_ = to_inference_data(
-            {
-                "log_joint": out["log_joint"],
-                "n_clusters": out["n_occupied"],
-                "alpha0": out["alpha0"],
-                "beta": out["beta"],
-            },
-            attrs={"prior": self.prior, "truncation": T, "inference": "collapsed_gibbs"},
-        )
+        self._arviz_posterior = {
+            "log_joint": out["log_joint"],
+            "n_clusters": out["n_occupied"],
+            "alpha0": out["alpha0"],
+            "beta": out["beta"],
+        }
+        self._arviz_attrs = {"prior": self.prior, "truncation": T,
+                             "inference": "collapsed_gibbs"}
 
     def _fit_variational(self, ens, T, rs):
         dtype = resolve_dtype(self.dtype)
@@ -394,7 +393,7 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         self.lower_bound_ = float(self.lower_bounds_[-1])
         self.n_iter_ = int(run.n_iter)
         self.converged_ = bool(run.converged)
-        self.inference_data_ = None
+        self._arviz_posterior = {}
 
     # ------------------------------------------------------------ posterior
     def co_clustering(self, pairs=None):
@@ -444,8 +443,8 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
             out[s] = self._draw_loglik(s, idx)[2]
         return out
 
-    def _log_likelihood(self, ensemble: Ensemble):
-        """Total log predictive probability of the observed labels of ``ensemble``'s rows.
+    def _pointwise_log_likelihood(self, ensemble: Ensemble):
+        """Per-row log predictive probability of the observed labels of ``ensemble``'s rows.
 
         Gibbs: for each row, ``log (1/S) sum_s p(x_i | E[pi, theta | z^(s), x_train])``
         — the posterior predictive of a single row averaged over the S retained
@@ -465,10 +464,17 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
             S = R.shape[0]
             row = logsumexp(R, axis=0) - np.log(S)
             w = np.exp(R - row[None, :])  # p_s / p_bar
-            se = float(np.sqrt(np.sum(w.var(axis=0) / S))) if S > 1 else 0.0
-            return float(row.sum()), se
+            var = w.var(axis=0) / S if S > 1 else np.zeros_like(row)
+            return row, var
         ll = logsumexp(self._log_pi[None, :] + _component_loglik(idx, self._log_theta), axis=1)
-        return float(ll.sum()), 0.0
+        return ll, np.zeros_like(ll)
+
+    def _log_likelihood_draws(self):
+        """Gibbs: training rows' log p(x_i | draw's posterior-mean parameters), (C, S, n)."""
+        if self.inference != "gibbs":
+            return super()._log_likelihood_draws()
+        C, S = self.samples_["log_joint"].shape
+        return self._row_logliks_gibbs(self.ensemble_.offset_index()).reshape(C, S, -1)
 
     # -------------------------------------------------------------- predict
     def predict_proba(self, X, unknown="error"):

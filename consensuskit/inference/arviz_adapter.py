@@ -15,7 +15,8 @@ import numpy as np
 __all__ = ["to_inference_data"]
 
 
-def to_inference_data(posterior: dict, attrs: dict | None = None):
+def to_inference_data(posterior: dict, attrs: dict | None = None,
+                      log_likelihood: dict | None = None):
     """Wrap traces of shape (n_chains, n_draws, ...) into ArviZ's container.
 
     Parameters
@@ -23,6 +24,9 @@ def to_inference_data(posterior: dict, attrs: dict | None = None):
     posterior : dict of str -> array of shape (n_chains, n_draws, ...)
     attrs : dict, optional
         Stored as attributes of the posterior group.
+    log_likelihood : dict of str -> array (n_chains, n_draws, n_rows), optional
+        Pointwise log-likelihood (the ``log_likelihood`` group, dims ``row``), for
+        ``az.loo`` / ``az.compare``.
 
     Returns
     -------
@@ -37,9 +41,13 @@ def to_inference_data(posterior: dict, attrs: dict | None = None):
         import arviz_base  # arviz >= 1.0
     except ImportError:
         arviz_base = None
+    ll = {k: np.asarray(v) for k, v in (log_likelihood or {}).items()}
+    dims = {k: ["row"] for k in ll}
     if arviz_base is not None:
-        return arviz_base.from_dict({"posterior": post}, attrs={"posterior": attrs})
+        groups = {"posterior": post, **({"log_likelihood": ll} if ll else {})}
+        return arviz_base.from_dict(groups, attrs={"posterior": attrs}, dims=dims)
     with warnings.catch_warnings():  # arviz 0.23 warns about its coming refactor on import
         warnings.simplefilter("ignore", FutureWarning)
         import arviz as az
-    return az.from_dict(posterior=post, attrs=attrs)
+    return az.from_dict(posterior=post or None, attrs=attrs, log_likelihood=ll or None,
+                        dims=dims)

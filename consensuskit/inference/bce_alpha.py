@@ -126,7 +126,8 @@ def _log_mean_exp(log_w):
     return torch.log(mean) + mx, var
 
 
-def log_marginal(alpha, beta, data, n_samples: int, generator, chunk_size: int = 4096):
+def log_marginal(alpha, beta, data, n_samples: int, generator, chunk_size: int = 4096,
+                 return_row_var: bool = False):
     """Importance-sampling estimate of ``sum_i log p(x_i | alpha, beta)`` and its SE.
 
     Each row's estimate is ``log mean_s w_is`` (see the module docstring); it is
@@ -138,18 +139,20 @@ def log_marginal(alpha, beta, data, n_samples: int, generator, chunk_size: int =
     Returns
     -------
     per_row : Tensor (N,) float64
-    se : float
+    se : float, or with ``return_row_var`` the per-row variances, Tensor (N,)
     """
     N = data.n_rows
     out = torch.empty(N, dtype=torch.float64, device=beta.device)
+    row_var = torch.empty(N, dtype=torch.float64, device=beta.device)
     var = 0.0
     for start in range(0, N, chunk_size):
         rows = slice(start, min(N, start + chunk_size))
         lw, _, _ = sequential_log_weights(alpha, beta, data, n_samples, generator, rows)
         ll, v = _log_mean_exp(lw)
         out[rows] = ll
+        row_var[rows] = v
         var += float(v.sum())
-    return out, math.sqrt(var)
+    return (out, row_var) if return_row_var else (out, math.sqrt(var))
 
 
 def log_dirichlet_multinomial(alpha, counts):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pyro
 import torch
 from pyro.infer import SVI, TraceEnum_ELBO
@@ -27,7 +26,14 @@ from ..models import bce as bce_model
 from . import bce_cavi as cavi
 from .driver import Run
 
-__all__ = ["fit_svi"]
+__all__ = ["fit_svi", "empirical_bayes_model"]
+
+
+def empirical_bayes_model(labels=None, **kwargs):
+    """BCE's spec with ``alpha`` and ``beta`` as ``pyro.param`` sites (the paper's EB fit)."""
+    alpha, beta = bce_model.point_parameters(kwargs["n_labels"], kwargs["n_clusters"],
+                                             device=None if labels is None else labels.device)
+    return bce_model.model(labels, alpha=alpha, beta=beta, **kwargs)
 
 
 def fit_svi(ensemble, data, n_clusters, beta0, *, n_epochs=100, batch_size=None,
@@ -71,7 +77,7 @@ def fit_svi(ensemble, data, n_clusters, beta0, *, n_epochs=100, batch_size=None,
     N = ensemble.n_samples
     bs = min(N, 1024) if batch_size is None else min(int(batch_size), N)
     steps_per_epoch = math.ceil(N / bs)
-    codes = torch.as_tensor(np.ascontiguousarray(ensemble.codes.T), device=dev)
+    labels = torch.as_tensor(ensemble.codes, device=dev)
     n_labels = ensemble.n_labels
     beta0 = torch.as_tensor(beta0, dtype=dtype, device=dev) + smoothing
     beta0 = cavi.update_beta(beta0, ensemble.offsets, 0.0)
@@ -93,7 +99,7 @@ def fit_svi(ensemble, data, n_clusters, beta0, *, n_epochs=100, batch_size=None,
         pyro.param("beta_logits", logits0.clone())
         pyro.param("gamma", gamma0.clone(), constraint=constraints.positive)
         elbo = TraceEnum_ELBO(max_plate_nesting=2)
-        svi = SVI(bce_model.model, bce_model.guide_enumerated,
+        svi = SVI(empirical_bayes_model, bce_model.guide_enumerated,
                   Adam({"lr": learning_rate}), loss=elbo)
         it = range(n_epochs)
         if verbose:
@@ -103,12 +109,10 @@ def fit_svi(ensemble, data, n_clusters, beta0, *, n_epochs=100, batch_size=None,
         for _ in it:
             tot = 0.0
             for _ in range(steps_per_epoch):
-                tot += svi.step(codes, n_labels, K, subsample_size=bs)
+                tot += svi.step(labels, n_labels=n_labels, n_clusters=K, subsample_size=bs)
             bounds.append(-tot / steps_per_epoch)
-        alpha = pyro.param("alpha").detach().clone()
-        logits = pyro.param("beta_logits").detach().masked_fill(~valid[:, None, :],
-                                                                 -float("inf"))
+        alpha, betas = bce_model.read_point_parameters(n_labels)
+        alpha = alpha.clone()
         gamma = pyro.param("gamma").detach().T.contiguous()
-    beta_p = torch.softmax(logits, -1)
-    beta = cavi.pack_beta(bce_model.unpad_beta(beta_p, n_labels), dtype=dtype, device=dev)
+    beta = cavi.pack_beta(betas, dtype=dtype, device=dev)
     return Run(cavi.CAVIState(alpha, beta, gamma), bounds, n_epochs)

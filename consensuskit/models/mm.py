@@ -41,7 +41,12 @@ import torch
 from pyro import poutine
 from pyro.distributions import constraints
 
-__all__ = ["model", "map_guide", "set_map_params", "log_joint", "sample", "site_names"]
+from ._convention import check_labels, rows_plate
+
+__all__ = ["model", "map_guide", "set_map_params", "log_joint", "sample", "site_names",
+           "MAX_PLATE_NESTING"]
+
+MAX_PLATE_NESTING = 1
 
 
 def site_names(n_partitions: int):
@@ -49,82 +54,66 @@ def site_names(n_partitions: int):
     return ["pi"] + [f"theta_{j}" for j in range(n_partitions)]
 
 
-def _as_codes(codes, device):
-    if codes is None:
-        return None
-    codes = torch.as_tensor(codes, device=device)
-    if codes.dim() != 2 or codes.dtype not in (torch.int64, torch.int32):
-        raise ValueError("codes must be an integer tensor of shape (N, M)")
-    return codes.long()
-
-
 def model(
-    codes=None,
+    labels=None,
     *,
     n_labels,
     n_clusters,
-    n_samples=None,
+    n_rows=None,
     label_prior=1.0,
     weight_prior=1.0,
     subsample_size=None,
+    subsample=None,
     dtype=torch.float64,
     device="cpu",
 ):
-    """Mixture model of consensus.
+    """Mixture model of consensus (simulates when ``labels`` is None).
 
     Parameters
     ----------
-    codes : LongTensor of shape (N, M) or None
+    labels : LongTensor of shape (N, M) or None
         Base labels coded ``0..k_j-1`` per column, ``-1`` missing
-        (``Ensemble.codes``).  ``None`` samples new labels (then give ``n_samples``).
+        (``Ensemble.codes``).  ``None`` simulates ``n_rows`` new rows.
     n_labels : sequence of int, length M
         ``k_j`` (the paper's ``K(j)``).
     n_clusters : int
         ``K``, the number of mixture components (the paper's ``M``).
-    n_samples : int, optional
-        ``N`` when ``codes`` is None.
-    label_prior : float
-        ``a`` in ``theta_jk ~ Dirichlet(a 1_{k_j})``.
-    weight_prior : float
-        ``b`` in ``pi ~ Dirichlet(b 1_K)``.
-    subsample_size : int, optional
-        Minibatch size of the ``rows`` plate (the log joint is rescaled by N / B).
+    n_rows : int, optional
+        ``N`` (the rows plate's size); default ``labels.shape[0]``.
+    label_prior : float or Tensor
+        ``a`` in ``theta_jk ~ Dirichlet(a 1_{k_j})``.  A tensor keeps its gradient, so a
+        hyper-prior can be put on it by a wrapping model.
+    weight_prior : float or Tensor
+        ``b`` in ``pi ~ Dirichlet(b 1_K)`` (likewise).
+    subsample_size, subsample : optional
+        Minibatch of the ``rows`` plate (the log joint is rescaled by N / B).
 
     Returns
     -------
-    z : Tensor, shape (N,) or (B,)
-        Component of each row (its enumerated value when ``z`` is enumerated).
-    x : LongTensor, shape (N, M) or (B, M)
-        Observed codes (missing kept as ``-1``) or sampled labels.
+    x : LongTensor, shape (n, M)
+        Observed codes of the plate's rows (missing kept as ``-1``) or simulated labels.
 
     Sample sites
     ------------
-    ``pi`` (K,); ``theta_{j}`` (K, k_j); ``z`` (N,); ``x_{j}`` (N,).
+    ``pi`` (K,); ``theta_{j}`` (K, k_j); ``z`` (n,); ``x_{j}`` (n,).
     """
-    codes = _as_codes(codes, device)
+    labels, _, M, dev = check_labels(labels, n_labels, n_rows)
+    device = device if dev is None else dev
     n_labels = [int(k) for k in n_labels]
     K = int(n_clusters)
-    if codes is not None:
-        N = codes.shape[0]
-        if codes.shape[1] != len(n_labels):
-            raise ValueError(f"codes has {codes.shape[1]} columns; n_labels has {len(n_labels)}")
-    elif n_samples is None:
-        raise ValueError("give codes or n_samples")
-    else:
-        N = int(n_samples)
     opts = dict(dtype=dtype, device=device)
-    pi = pyro.sample("pi", dist.Dirichlet(torch.full((K,), float(weight_prior), **opts)))
+    b = torch.as_tensor(weight_prior, **opts)
+    a = torch.as_tensor(label_prior, **opts)
+    pi = pyro.sample("pi", dist.Dirichlet(b.expand(K)))
     thetas = []
     with pyro.plate("components", K, dim=-1):
         for j, kj in enumerate(n_labels):
-            conc = torch.full((kj,), float(label_prior), **opts)
-            thetas.append(pyro.sample(f"theta_{j}", dist.Dirichlet(conc)))
-    with pyro.plate("rows", N, dim=-1, subsample_size=subsample_size, device=device) as ind:
+            thetas.append(pyro.sample(f"theta_{j}", dist.Dirichlet(a.expand(kj))))
+    with rows_plate(labels, n_rows, subsample_size, subsample, device) as (_, batch):
         z = pyro.sample("z", dist.Categorical(pi), infer={"enumerate": "parallel"})
-        batch = None if codes is None else codes.index_select(0, ind)  # (B, M)
         xs = []
-        for j in range(len(n_labels)):
-            probs = thetas[j][z]  # (..., N, k_j) or (K, 1, k_j) when enumerated
+        for j in range(M):
+            probs = thetas[j][z]  # (..., n, k_j) or (K, 1, k_j) when enumerated
             if batch is None:
                 xs.append(pyro.sample(f"x_{j}", dist.Categorical(probs)))
                 continue
@@ -132,20 +121,17 @@ def model(
             with poutine.mask(mask=obs >= 0):
                 pyro.sample(f"x_{j}", dist.Categorical(probs), obs=obs.clamp(min=0))
             xs.append(obs)
-    return z, torch.stack(xs, dim=-1)
+    return torch.stack(xs, dim=-1)
 
 
 def map_guide(
-    codes=None,
+    labels=None,
     *,
     n_labels,
     n_clusters,
-    n_samples=None,
-    label_prior=1.0,
-    weight_prior=1.0,
-    subsample_size=None,
     dtype=torch.float64,
     device="cpu",
+    **model_kwargs,
 ):
     """MAP (point-mass) guide over ``pi`` and ``theta``; ``z`` is enumerated in the model.
 
@@ -218,8 +204,8 @@ def log_joint(codes, pi, theta, **model_kwargs):
     elbo = pyro.infer.TraceEnum_ELBO(max_plate_nesting=1)
     total = -float(elbo.loss(cond, _empty_guide, codes, **model_kwargs))
     tr = poutine.trace(poutine.block(cond, hide=["z"] + [f"x_{j}" for j in range(len(theta))]))
-    tr = tr.get_trace(None, n_samples=1, **{k: v for k, v in model_kwargs.items()
-                                            if k != "subsample_size"})
+    tr = tr.get_trace(None, n_rows=1, **{k: v for k, v in model_kwargs.items()
+                                         if k != "subsample_size"})
     prior = sum(
         float(tr.nodes[name]["fn"].log_prob(tr.nodes[name]["value"]).sum())
         for name in site_names(len(theta))
@@ -232,6 +218,7 @@ def sample(pi, theta, n_samples, *, generator_seed=None, **model_kwargs):
 
     Returns ``(z, x)``: LongTensors of shape (N,) and (N, M).
     """
+
     if generator_seed is not None:
         pyro.set_rng_seed(generator_seed)
     pi = torch.as_tensor(pi)
@@ -239,5 +226,6 @@ def sample(pi, theta, n_samples, *, generator_seed=None, **model_kwargs):
     data = {"pi": pi, **{f"theta_{j}": t for j, t in enumerate(theta)}}
     kw = dict(n_labels=[t.shape[1] for t in theta], n_clusters=pi.shape[0], dtype=pi.dtype)
     kw.update(model_kwargs)
-    z, x = poutine.condition(model, data=data)(None, n_samples=n_samples, **kw)
-    return z, x
+    tr = poutine.trace(poutine.condition(model, data=data)).get_trace(
+        None, n_rows=n_samples, **kw)
+    return tr.nodes["z"]["value"], tr.nodes["_RETURN"]["value"]

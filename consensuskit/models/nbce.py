@@ -45,6 +45,7 @@ from pyro import poutine
 from pyro.ops.indexing import Vindex
 from scipy.special import gammaln
 
+from ._convention import check_labels, rows_plate
 from .nbce_priors import get_prior
 
 __all__ = [
@@ -56,7 +57,10 @@ __all__ = [
     "collapsed_log_joint",
     "log_prior_partition",
     "log_likelihood_collapsed",
+    "MAX_PLATE_NESTING",
 ]
+
+MAX_PLATE_NESTING = 1
 
 PRIORS = ("tsb", "fsd")
 
@@ -86,47 +90,48 @@ def stick_breaking(v: torch.Tensor) -> torch.Tensor:
     return v_full * rest
 
 
-def model(
-    codes: torch.Tensor,
-    n_labels,
-    truncation: int,
-    alpha0: float = 1.0,
-    beta: float = 0.5,
-    prior: str = "tsb",
-):
-    """Pyro model of NBCE.
+def model(labels=None, *, n_labels, n_clusters, n_rows=None, alpha0=1.0, beta=0.5,
+          prior="tsb", subsample_size=None, subsample=None):
+    """Pyro model of NBCE (simulates when ``labels`` is None).
 
     Parameters
     ----------
-    codes : LongTensor, shape (N, M)
+    labels : LongTensor, shape (N, M), or None
         Re-coded labels ``x_ij`` in ``0..k_j-1``; ``-1`` marks a missing label
-        (masked out of the likelihood).
+        (masked out of the likelihood).  None: simulate ``n_rows`` rows.
     n_labels : sequence of int, length M
         ``k_j``, the number of labels of each base clustering (paper ``J_m``).
-    truncation : int
-        ``T`` (paper ``K``), the number of mixture components.
-    alpha0, beta : float
-        DP concentration and the symmetric Dirichlet parameter of ``G_0``.
+    n_clusters : int
+        ``T``, the truncation level (paper ``K``): the number of mixture components.
+    n_rows : int, optional
+        ``N``; default ``labels.shape[0]``.
+    alpha0, beta : float or Tensor
+        DP concentration and the symmetric Dirichlet parameter of ``G_0`` (tensors keep
+        their gradients, so a wrapping model may sample them).
     prior : {"tsb", "fsd"}
         Truncated stick-breaking or finite symmetric Dirichlet.
+
+    Returns
+    -------
+    LongTensor (n, M): the labels of the plate's rows (observed or simulated).
 
     Sites
     -----
     ``v`` (T-1,) [tsb] or ``pi`` (T,) [fsd]; ``theta_{j}`` (T, k_j) in plate
-    ``components`` (dim -1); ``z`` (N,) and ``x_{j}`` (N,) in plate ``data``
+    ``components`` (dim -1); ``z`` (n,) and ``x_{j}`` (n,) in plate ``rows``
     (dim -1).  ``z`` carries ``infer={"enumerate": "parallel"}``; use
     ``TraceEnum_ELBO(max_plate_nesting=1)``.
     """
     _check_prior(prior)
-    N, M = codes.shape
-    T = int(truncation)
+    labels, _, M, dev = check_labels(labels, n_labels, n_rows)
+    T = int(n_clusters)
     dtype = torch.get_default_dtype()
-    a0 = torch.as_tensor(alpha0, dtype=dtype)
-    b = torch.as_tensor(beta, dtype=dtype)
+    a0 = torch.as_tensor(alpha0, dtype=dtype, device=dev)
+    b = torch.as_tensor(beta, dtype=dtype, device=dev)
     if prior == "tsb":
         with pyro.plate("sticks", T - 1, dim=-1):
-            v = pyro.sample("v", dist.Beta(torch.ones((), dtype=dtype), a0))
-        pi = stick_breaking(v).unsqueeze(-2)  # (..., 1, T): broadcasts over the data plate
+            v = pyro.sample("v", dist.Beta(torch.ones((), dtype=dtype, device=dev), a0))
+        pi = stick_breaking(v).unsqueeze(-2)  # (..., 1, T): broadcasts over the rows plate
     else:
         pi = pyro.sample("pi", dist.Dirichlet((a0 / T).expand(T)))
     thetas = []
@@ -134,15 +139,19 @@ def model(
         for j in range(M):
             kj = int(n_labels[j])
             thetas.append(pyro.sample(f"theta_{j}", dist.Dirichlet(b.expand(kj))))
-    mask = codes >= 0
-    safe = codes.clamp(min=0)
-    with pyro.plate("data", N, dim=-1):
+    with rows_plate(labels, n_rows, subsample_size, subsample, dev) as (_, x):
         z = pyro.sample("z", dist.Categorical(pi), infer={"enumerate": "parallel"})
+        xs = []
         for j in range(M):
             # theta_j (..., T, k_j) -> (..., 1, T, k_j) so its batch dims broadcast with z's
             probs = Vindex(thetas[j].unsqueeze(-3))[..., z, :]
-            with poutine.mask(mask=mask[:, j]):
-                pyro.sample(f"x_{j}", dist.Categorical(probs), obs=safe[:, j])
+            if x is None:
+                xs.append(pyro.sample(f"x_{j}", dist.Categorical(probs)))
+                continue
+            with poutine.mask(mask=x[:, j] >= 0):
+                pyro.sample(f"x_{j}", dist.Categorical(probs), obs=x[:, j].clamp(min=0))
+            xs.append(x[:, j])
+    return torch.stack(xs, dim=-1)
 
 
 def _theta_guide(n_labels, T, dtype, init_scale=1.0):
@@ -164,19 +173,19 @@ def _z_guide(N, T, dtype):
         lambda: torch.full((N, T), 1.0 / T, dtype=dtype),
         constraint=dist.constraints.simplex,
     )
-    with pyro.plate("data", N, dim=-1):
+    with pyro.plate("rows", N, dim=-1):
         pyro.sample("z", dist.Categorical(gamma), infer={"enumerate": "parallel"})
 
 
-def guide_fsd(codes, n_labels, truncation, alpha0=1.0, beta=0.5, prior="fsd"):
+def guide_fsd(labels, *, n_labels, n_clusters, **model_kwargs):
     """Mean-field guide of the paper's VB (section 5.2) for the FSD prior.
 
     Parameters ``xi`` (T,), ``rho_{j}`` (T, k_j), ``gamma`` (N, T):
     ``q(pi) = Dir(xi)``, ``q(theta*_kj) = Dir(rho_kj)``, ``q(z_i) = Cat(gamma_i)``.
     Same signature as :func:`model`.
     """
-    N = codes.shape[0]
-    T = int(truncation)
+    N = labels.shape[0]
+    T = int(n_clusters)
     dtype = torch.get_default_dtype()
     xi = pyro.param("xi", lambda: torch.ones(T, dtype=dtype), constraint=dist.constraints.positive)
     pyro.sample("pi", dist.Dirichlet(xi))
@@ -184,14 +193,14 @@ def guide_fsd(codes, n_labels, truncation, alpha0=1.0, beta=0.5, prior="fsd"):
     _z_guide(N, T, dtype)
 
 
-def guide_tsb(codes, n_labels, truncation, alpha0=1.0, beta=0.5, prior="tsb"):
+def guide_tsb(labels, *, n_labels, n_clusters, **model_kwargs):
     """Mean-field guide for the TSB prior: ``q(v_k) = Beta(a_k, b_k)``, k < T.
 
     Parameters ``stick_a``, ``stick_b`` (T-1,), ``rho_{j}`` (T, k_j),
     ``gamma`` (N, T).  Same signature as :func:`model`.
     """
-    N = codes.shape[0]
-    T = int(truncation)
+    N = labels.shape[0]
+    T = int(n_clusters)
     dtype = torch.get_default_dtype()
     pos = dist.constraints.positive
     a = pyro.param("stick_a", lambda: torch.ones(T - 1, dtype=dtype), constraint=pos)

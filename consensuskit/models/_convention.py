@@ -1,0 +1,64 @@
+"""The one calling convention of every spec: label checks and the rows plate."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import pyro
+import torch
+
+__all__ = ["check_labels", "rows_plate", "as_labels"]
+
+
+def as_labels(labels, device=None):
+    """``labels`` as a LongTensor (N, M) (from an Ensemble, numpy or torch); None stays None."""
+    if labels is None:
+        return None
+    codes = getattr(labels, "codes", labels)
+    t = torch.as_tensor(np.asarray(codes) if not torch.is_tensor(codes) else codes,
+                        device=device)
+    if t.dim() != 2 or t.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8):
+        raise ValueError(f"labels must be an integer tensor of shape (N, M); got "
+                         f"{tuple(t.shape)} {t.dtype}")
+    return t.long()
+
+
+def check_labels(labels, n_labels, n_rows):
+    """Validate ``labels`` against ``n_labels`` and ``n_rows``.
+
+    Returns ``(labels or None, N_data, M, device)`` where ``N_data`` is the number of rows
+    given (or ``n_rows`` when simulating).
+    """
+    M = len(n_labels)
+    if labels is None:
+        if n_rows is None:
+            raise ValueError("labels=None simulates: give n_rows, the number of rows")
+        return None, int(n_rows), M, None
+    labels = as_labels(labels)
+    if labels.shape[1] != M:
+        raise ValueError(f"labels has {labels.shape[1]} columns but n_labels has {M}")
+    return labels, labels.shape[0], M, labels.device
+
+
+@contextmanager
+def rows_plate(labels, n_rows=None, subsample_size=None, subsample=None, device=None):
+    """Open the ``"rows"`` plate (dim -1) and yield ``(indices, labels of those rows)``.
+
+    ``labels`` holds either all ``n_rows`` rows (the plate picks its subsample) or only
+    the rows of ``subsample`` (a streamed chunk, then ``n_rows`` is the total).  When
+    simulating (``labels`` None) the yielded labels are None.
+    """
+    N_data = None if labels is None else labels.shape[0]
+    size = N_data if n_rows is None else int(n_rows)
+    with pyro.plate("rows", size, dim=-1, subsample_size=subsample_size,
+                    subsample=subsample, device=device) as ind:
+        if labels is None:
+            yield ind, None
+        elif N_data == size:
+            yield ind, (labels if ind.numel() == size else labels.index_select(0, ind))
+        elif ind.numel() == N_data:
+            yield ind, labels
+        else:
+            raise ValueError(f"labels has {N_data} rows, neither the plate size {size} nor "
+                             f"the subsample size {ind.numel()}")
