@@ -83,7 +83,7 @@ def test_collapsed_joint_matches_pyro_model_monte_carlo(prior):
     w = torch.exp(lp - lp.max())
     se = float(w.std() / w.mean()) / math.sqrt(S)
     exact = collapsed_log_joint(codes, n_labels, z, T, a0, b, prior)
-    assert abs(est - exact) < 4 * se + 1e-3, (est, exact, se)
+    assert abs(est - exact) < 4 * se, (est, exact, se)
 
 
 @pytest.mark.parametrize("prior", PRIORS)
@@ -203,78 +203,8 @@ def test_cvb_update_at_onehot_q_is_the_gibbs_conditional(prior, rng):
 
 
 # ---------------------------------------------------------------------------
-# (b) simulation-based calibration of the sampler
+# (b) simulation-based calibration of the sampler: tests/test_sbc_nbce.py
 # ---------------------------------------------------------------------------
-def _prior_draw(rng, N, n_labels, T, a0, b, prior):
-    if prior == "tsb":
-        v = np.append(rng.beta(1.0, a0, size=T - 1), 1.0)
-        pi = v * np.concatenate([[1.0], np.cumprod(1 - v[:-1])])
-    else:
-        pi = rng.dirichlet(np.full(T, a0 / T))
-        pi = np.maximum(pi, 0)
-        pi /= pi.sum()
-    z = rng.choice(T, size=N, p=pi)
-    offsets = np.concatenate([[0], np.cumsum(n_labels)])
-    idx = np.empty((N, len(n_labels)), dtype=np.int64)
-    for j, kj in enumerate(n_labels):
-        th = rng.dirichlet(np.full(kj, b), size=T)
-        u = rng.random(N)[:, None]
-        lab = (u > np.cumsum(th[z], axis=1)).sum(1).clip(max=kj - 1)
-        idx[:, j] = offsets[j] + lab
-    return z, idx
-
-
-def _sbc_ranks(prior, reps, seed, n_post=9, thin=4, a0=1.0, b=0.5, sampler_a0=None):
-    """Ranks of log p(x, z_true) among posterior draws (random tie-breaking), and of
-    the number of occupied clusters."""
-    rng = np.random.RandomState(seed)
-    N, n_labels, T = 8, np.array([3, 3, 2]), 4
-    r_lj, r_occ = [], []
-    for _ in range(reps):
-        z, idx = _prior_draw(rng, N, n_labels, T, a0, b, prior)
-        out = gibbs_nbce(idx, n_labels, T, prior=prior, alpha0=sampler_a0 or a0, beta=b,
-                         update_hyperparameters=False, n_samples=n_post, burn_in=20,
-                         thin=thin, n_chains=1, random_state=rng)
-        codes = idx - np.concatenate([[0], np.cumsum(n_labels)])[:-1]
-        true_lj = collapsed_log_joint(codes, n_labels, z, T, a0, b, prior)
-        post_lj = out["log_joint"][0]
-        for true, post, store in (
-            (true_lj, post_lj, r_lj),
-            (len(np.unique(z)), out["n_occupied"][0], r_occ),
-        ):
-            less = np.sum(post < true - 1e-9)
-            ties = np.sum(np.abs(post - true) <= 1e-9)
-            store.append(less + rng.randint(0, ties + 1))
-    return np.array(r_lj), np.array(r_occ), n_post
-
-
-def _uniform_pvalue(ranks, n_post):
-    counts = np.bincount(ranks, minlength=n_post + 1)
-    return stats.chisquare(counts).pvalue
-
-
-@pytest.mark.parametrize("prior", PRIORS)
-def test_sbc_collapsed_gibbs_fast(prior):
-    """300 replications: prior draw -> data -> 9 thinned posterior draws; the ranks of
-    the log joint and of the number of occupied clusters are uniform (chi-square)."""
-    r_lj, r_occ, L = _sbc_ranks(prior, reps=300, seed=11)
-    assert _uniform_pvalue(r_lj, L) > 0.005
-    assert _uniform_pvalue(r_occ, L) > 0.005
-
-
-def test_sbc_detects_a_miscalibrated_sampler():
-    """Power check of the SBC test above: a sampler run with the wrong alpha0 (10
-    instead of 1) gives clearly non-uniform ranks at the same size."""
-    r_lj, r_occ, L = _sbc_ranks("fsd", reps=300, seed=11, sampler_a0=10.0)
-    assert min(_uniform_pvalue(r_lj, L), _uniform_pvalue(r_occ, L)) < 1e-4
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("prior", PRIORS)
-def test_sbc_collapsed_gibbs_long(prior):
-    r_lj, r_occ, L = _sbc_ranks(prior, reps=2000, seed=5, n_post=19, thin=5)
-    assert _uniform_pvalue(r_lj, L) > 0.001
-    assert _uniform_pvalue(r_occ, L) > 0.001
 
 
 # ---------------------------------------------------------------------------
@@ -295,8 +225,8 @@ def test_vb_bound_never_decreases(update, incomplete_labels):
 
 def test_vb_bound_equals_pyro_elbo(rng):
     """vb_bound at the engine's variational parameters == -TraceEnum_ELBO of the Pyro
-    model with guide_fsd at the same parameters (z enumerated, pi/theta by 20k
-    vectorised particles)."""
+    model with guide_fsd at the same parameters (z enumerated, pi/theta by 10 x 2000
+    vectorised particles), within 5 standard errors of the Monte Carlo estimate."""
     ens = _tiny(rng, n=6, m=3)
     T, a0, b = 3, 1.2, 0.7
     g = torch.Generator().manual_seed(0)
@@ -314,19 +244,21 @@ def test_vb_bound_equals_pyro_elbo(rng):
     off = ens.offsets
     for j in range(ens.n_partitions):
         pyro.param(f"rho_{j}", rho[:, off[j]:off[j + 1]].clone())
-    elbo = pyro.infer.TraceEnum_ELBO(max_plate_nesting=1, num_particles=20_000,
+    elbo = pyro.infer.TraceEnum_ELBO(max_plate_nesting=1, num_particles=2_000,
                                      vectorize_particles=True)
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            est = -elbo.loss(model, guide_fsd, torch.as_tensor(ens.codes),
-                             n_labels=ens.n_labels.tolist(), n_clusters=T, alpha0=a0, beta=b,
-                             prior="fsd")
+            # ten independent estimates: their spread gives the standard error
+            ests = [-elbo.loss(model, guide_fsd, torch.as_tensor(ens.codes),
+                               n_labels=ens.n_labels.tolist(), n_clusters=T, alpha0=a0,
+                               beta=b, prior="fsd") for _ in range(10)]
     finally:
         torch.set_default_dtype(old)
-    assert est == pytest.approx(ours, abs=0.05 + 2e-3 * abs(ours))
+    est, se = np.mean(ests), np.std(ests, ddof=1) / np.sqrt(len(ests))
+    assert abs(est - ours) < 5 * se, (est, ours, se)  # t with 9 d.o.f.: p ~ 7e-4
 
 
 def test_cvb_runs_both_priors_and_converges(rng):
@@ -439,11 +371,45 @@ def split_data():
     return X[:150], X[150:], truth
 
 
+def _dense_perplexity(m, X):
+    """Perplexity and its SE of ``X`` under fitted ``m``, from the formulas of the
+    docstrings: per row ``log (1/S) sum_s sum_k pi_k^s prod_j theta^s_{k x_ij}`` with
+    ``(pi^s, theta^s)`` the posterior means given draw s (all T components, plain
+    loops); VB/CVB: one set of parameters.  SE: delta method over the S draws."""
+    from consensuskit.estimators.nbce import predictive_parameters
+
+    e = m.ensemble_.encode(X, unknown="missing")
+    codes, off = e.codes, m.ensemble_.offsets
+    if m.inference == "gibbs":
+        o = m.samples_
+        C, S = o["log_joint"].shape
+        params = [predictive_parameters(o["counts"][c, d], o["label_counts"][c, d],
+                                        o["col_counts"][c, d], o["alpha0"][c, d],
+                                        o["beta"][c, d], o["n_labels"], o["prior"])
+                  for c in range(C) for d in range(S)]
+    else:
+        params = [(m._log_pi, m._log_theta)]
+    P = np.empty((len(params), codes.shape[0]))  # p(x_i | draw s)
+    for s, (lp, lt) in enumerate(params):
+        for i, row in enumerate(codes):
+            comp = np.exp(lp).copy()
+            for j, x in enumerate(row):
+                if x >= 0:
+                    comp = comp * np.exp(lt[:, off[j] + x])
+            P[s, i] = comp.sum()
+    pbar = P.mean(0)
+    total = np.log(pbar).sum()
+    S = P.shape[0]
+    se_ll = np.sqrt(np.sum((P / pbar).var(axis=0) / S)) if S > 1 else 0.0
+    ppl = np.exp(-total / e.n_observed)
+    return ppl, ppl * se_ll / e.n_observed
+
+
 @pytest.mark.parametrize(
     "inference,prior", [("gibbs", "tsb"), ("gibbs", "fsd"), ("vb", "fsd"), ("cvb", "tsb"),
                         ("cvb", "fsd")]
 )
-def test_perplexity_at_least_one_and_predict(inference, prior, split_data):
+def test_perplexity_beats_uniform_equals_its_formula_and_predict(inference, prior, split_data):
     tr, te, _ = split_data
     m = NBCE(12, prior=prior, inference=inference, n_samples=30, burn_in=20,
              random_state=0, max_iter=200).fit(tr)
@@ -454,9 +420,14 @@ def test_perplexity_at_least_one_and_predict(inference, prior, split_data):
         e = Ensemble.from_labels(tr).encode(X, unknown="missing")
         return np.exp(np.sum(e.mask * np.log(e.n_labels)[None, :]) / e.n_observed)
 
-    assert 1.0 <= p_tr < 0.8 * uniform_ppl(tr)
-    assert 1.0 <= p_te < 0.8 * uniform_ppl(te)
-    assert se >= 0 and (se > 0) == (inference == "gibbs")
+    assert p_tr < 0.8 * uniform_ppl(tr)
+    assert p_te < 0.8 * uniform_ppl(te)
+    assert (se > 0) == (inference == "gibbs")
+    # the held-out perplexity is the one written out from the fitted parameters:
+    # every component scored densely (no occupied-component shortcut), draws averaged
+    ref, ref_se = _dense_perplexity(m, te)
+    assert p_te == pytest.approx(ref, rel=1e-10)
+    assert se == pytest.approx(ref_se, rel=1e-8)
     P = m.predict_proba(te, unknown="missing")
     assert P.shape == (te.shape[0], m.n_clusters_)
     np.testing.assert_allclose(P.sum(1), 1.0)

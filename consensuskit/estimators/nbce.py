@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 from scipy.special import logsumexp
@@ -28,17 +30,9 @@ from ..inference.nbce_gibbs import (
     relabel_by_size,
 )
 from ..inference.nbce_vb import VB
+from ..models.nbce_priors import PRIORS, get_prior
 
 __all__ = ["NBCE", "predictive_parameters"]
-
-
-def _stick_means(Nk, alpha0):
-    """E[pi | z] under TSB: E[v_k] prod_{h<k} (1 - E[v_h]), last stick = 1. Nk (..., T)."""
-    ge = np.cumsum(Nk[..., ::-1], axis=-1)[..., ::-1]
-    ev = (1.0 + Nk) / (1.0 + alpha0 + ge)
-    ev[..., -1] = 1.0
-    rest = np.cumprod(np.concatenate([np.ones(Nk.shape[:-1] + (1,)), 1.0 - ev[..., :-1]], -1), -1)
-    return ev * rest
 
 
 def predictive_parameters(Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
@@ -64,13 +58,8 @@ def predictive_parameters(Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
     theta = (beta + np.asarray(Nkl, dtype=np.float64)) / (
         n_labels[col_of][None, :] * beta + np.asarray(Nkm, dtype=np.float64)[:, col_of]
     )
-    if prior == "fsd":
-        T = Nk.size
-        pi = (alpha0 / T + Nk) / (alpha0 + Nk.sum())
-    else:
-        pi = _stick_means(Nk, alpha0)
     with np.errstate(divide="ignore"):
-        return np.log(pi), np.log(theta)
+        return get_prior(prior).conditional_log_weights(Nk, alpha0), np.log(theta)
 
 
 def _component_loglik(idx, log_theta):
@@ -105,6 +94,14 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         first-order collapsed VB (torch).
     n_samples, burn_in, thin, n_chains : int
         Gibbs: retained draws per chain, discarded sweeps, thinning, chains.
+    n_split_merge : int or None, default None
+        Gibbs: split-merge Metropolis-Hastings proposals, and moves of groups of
+        identical rows, per sweep (None: 20 up to 10^4 rows, then ``2e5 / N``, at
+        least 2; 0 turns the group moves off and leaves single-site Gibbs).
+    n_jobs : int, -1 or None, default None
+        Gibbs: threads the chains run on; None follows numba's thread setting
+        (``numba.set_num_threads`` / ``NUMBA_NUM_THREADS``).  The draws do not
+        depend on it.
     alpha0, beta : float, default 1.0, 0.5
         Concentration and Dirichlet parameter (fixed, or starting values).
     update_hyper : bool, default True
@@ -172,6 +169,8 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         burn_in=100,
         thin=1,
         n_chains=2,
+        n_split_merge=None,
+        n_jobs=None,
         alpha0=1.0,
         beta=0.5,
         update_hyper=True,
@@ -192,6 +191,8 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         self.burn_in = burn_in
         self.thin = thin
         self.n_chains = n_chains
+        self.n_split_merge = n_split_merge
+        self.n_jobs = n_jobs
         self.alpha0 = alpha0
         self.beta = beta
         self.update_hyper = update_hyper
@@ -208,7 +209,7 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
     # ------------------------------------------------------------------ fit
     def _validate(self, ens):
         T = check_positive_int(self.truncation, "truncation", minimum=2)
-        if self.prior not in ("tsb", "fsd"):
+        if self.prior not in PRIORS:
             raise ValueError(f"prior must be 'tsb' or 'fsd'; got {self.prior!r}")
         if self.inference not in ("gibbs", "vb", "cvb"):
             raise ValueError(f"inference must be 'gibbs', 'vb' or 'cvb'; got {self.inference!r}")
@@ -221,6 +222,10 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         check_positive_int(self.burn_in, "burn_in", minimum=0)
         check_positive_int(self.thin, "thin")
         check_positive_int(self.n_chains, "n_chains")
+        if self.n_split_merge is not None:
+            check_positive_int(self.n_split_merge, "n_split_merge", minimum=0)
+        if self.n_jobs is not None and self.n_jobs != -1:
+            check_positive_int(self.n_jobs, "n_jobs")
         check_positive_int(self.max_iter, "max_iter")
         check_positive_float(self.alpha0, "alpha0")
         check_positive_float(self.beta, "beta")
@@ -269,7 +274,8 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
             self._idx_train, ens.n_labels, T, prior=self.prior, alpha0=self.alpha0,
             beta=self.beta, update_hyperparameters=bool(self.update_hyper),
             n_samples=self.n_samples, burn_in=self.burn_in, thin=self.thin,
-            n_chains=self.n_chains, random_state=rs, verbose=self.verbose,
+            n_chains=self.n_chains, n_split_merge=self.n_split_merge, n_jobs=self.n_jobs,
+            random_state=rs, verbose=self.verbose,
             callback=self.callback, checkpoint=checkpoint_writer(self, ens),
             checkpoint_every=self.checkpoint_every, resume=resume,
         )
@@ -288,7 +294,7 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
             for key, value in out.items():
                 if isinstance(value, np.ndarray) and key != "n_labels":
                     out[key] = value[chains]
-                    if value.ndim >= 2 and key != "log_joint_trace":
+                    if value.ndim >= 2 and key not in ("log_joint_trace", "move_stats"):
                         out[key] = out[key][:, draws]
         self.samples_ = out
         self.n_iter_ = int(self.burn_in + self.n_samples * self.thin)  # sweeps per chain
@@ -313,11 +319,23 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
             member += np.bincount(rows[ok] * K + mz[ok], minlength=member.size).reshape(
                 member.shape
             )
-        tot = member.sum(1, keepdims=True)
-        empty = tot[:, 0] == 0
-        member[empty, labels[empty]] = 1.0
-        tot[empty] = 1.0
-        self.membership_ = member / tot
+        # every row is counted at least in the consensus draw itself, whose clusters
+        # all map one to one onto the consensus clusters
+        self.membership_ = member / member.sum(1, keepdims=True)
+        ms = out["move_stats"].sum(0)
+        self.split_merge_stats_ = {
+            "splits_accepted": int(ms[0]), "merges_accepted": int(ms[1]),
+            "splits_proposed": int(ms[2]), "merges_proposed": int(ms[3]),
+            "splits_without_empty_component": int(ms[4]),
+            "group_moves_changed": int(ms[6]),
+        }
+        self.n_slice_kept_ = int(ms[5])
+        if self.n_slice_kept_:
+            warnings.warn(
+                f"NBCE: {self.n_slice_kept_} slice update(s) of alpha0/beta found no new "
+                "point in 200 shrinkage steps and kept the old value (n_slice_kept_)",
+                RuntimeWarning, stacklevel=3,
+            )
         self._draw_maps = maps
         self.n_clusters_draws_ = out["n_occupied"]
         self.alpha0_ = float(out["alpha0"].mean())
@@ -468,7 +486,9 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         Gibbs: the responsibilities under each draw's posterior-mean parameters,
         mapped to the consensus clusters through the draw's matching, averaged
         over draws and renormalised (mass on clusters a draw does not match is
-        dropped).  VB/CVB: responsibilities under the variational posterior means,
+        dropped).  A row whose mass is all dropped gets uniform probabilities, with
+        a warning that counts such rows.
+        VB/CVB: responsibilities under the variational posterior means,
         restricted to the kept clusters.
         """
         check_is_fitted(self, "labels_")
@@ -492,8 +512,16 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
             np.add.at(P.T, mp[ok], r[:, ok].T)
         tot = P.sum(1, keepdims=True)
         bad = tot[:, 0] <= 0
-        P[bad] = 1.0 / K
-        tot[bad] = 1.0
+        if bad.any():
+            # no draw put these rows in a component matched to a consensus cluster
+            # (predict must not change the estimator, so the count is in the warning)
+            warnings.warn(
+                f"NBCE.predict_proba: {int(bad.sum())} of {n} row(s) fall only in clusters "
+                "that match no consensus cluster in any draw; they get uniform "
+                "probabilities", RuntimeWarning, stacklevel=2,
+            )
+            P[bad] = 1.0 / K
+            tot[bad] = 1.0
         return P / tot
 
     def predict(self, X, unknown="error"):

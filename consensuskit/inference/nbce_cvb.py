@@ -36,21 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..models.nbce_priors import get_prior
 from .nbce_vb import Variational
 
-__all__ = ["CVB", "CVBState", "cvb_expected_counts", "cvb_approx_bound", "tsb_log_prior_terms"]
-
-
-def tsb_log_prior_terms(Nk, alpha0):
-    """log p_TSB(z = k | counts) for expected counts ``Nk`` of shape (..., T)."""
-    ge = torch.flip(torch.cumsum(torch.flip(Nk, [-1]), -1), [-1])  # N_{>=k}
-    gt = ge - Nk  # N_{>k}
-    stick = torch.log1p(Nk) - torch.log(1.0 + alpha0 + ge)
-    rest = torch.log(alpha0 + gt) - torch.log(1.0 + alpha0 + ge)
-    before = torch.cumsum(rest, -1) - rest  # sum_{h<k}
-    out = stick + before
-    out[..., -1] = before[..., -1]  # last stick is 1
-    return out
+__all__ = ["CVB", "CVBState", "cvb_expected_counts", "cvb_approx_bound"]
 
 
 def cvb_expected_counts(X, Xt, O, gamma):
@@ -64,23 +53,12 @@ def cvb_expected_counts(X, Xt, O, gamma):
     return Nk, Nkl, Nkm
 
 
-def _lgamma_prior(Nk, alpha0, prior, T):
-    lg = torch.lgamma
-    a0 = torch.as_tensor(alpha0, dtype=Nk.dtype)
-    if prior == "fsd":
-        return lg(a0) - lg(a0 + Nk.sum()) + (lg(a0 / T + Nk) - lg(a0 / T)).sum()
-    ge = torch.flip(torch.cumsum(torch.flip(Nk, [0]), 0), [0])
-    gt = ge - Nk
-    return (torch.log(a0) + lg(1 + Nk) + lg(a0 + gt) - lg(1 + a0 + ge))[:-1].sum()
-
-
 def cvb_approx_bound(Nk, Nkl, Nkm, gamma, alpha0, beta, prior, J):
     """First-order approximation of L_CVB (see module docstring)."""
     lg = torch.lgamma
-    T = Nk.shape[0]
     b = torch.as_tensor(beta, dtype=Nk.dtype)
     Jb = J.to(Nk.dtype) * b
-    val = _lgamma_prior(Nk, alpha0, prior, T)
+    val = get_prior(prior).log_prior(Nk, alpha0)
     val = val + (lg(Jb)[None, :] - lg(Jb[None, :] + Nkm)).sum() + (lg(b + Nkl) - lg(b)).sum()
     val = val - torch.special.xlogy(gamma, gamma).sum()
     return float(val)
@@ -116,8 +94,7 @@ class CVB(Variational):
 
     def __init__(self, idx, n_labels, truncation, *, prior="tsb", alpha0=1.0, beta=0.5,
                  block_size=256, **kw):
-        if prior not in ("tsb", "fsd"):
-            raise ValueError(f"prior must be 'tsb' or 'fsd'; got {prior!r}")
+        self.prior_obj = get_prior(prior)
         super().__init__(idx, n_labels, truncation, **kw)
         self.O = torch.as_tensor(self.idx >= 0, dtype=self.dtype, device=self.device)
         self.idx_t = torch.as_tensor(np.where(self.idx >= 0, self.idx, 0), device=self.device)
@@ -132,7 +109,7 @@ class CVB(Variational):
         return CVBState(gamma, Nk, Nkl, Nkm, float(self.alpha0), float(self.beta))
 
     def step(self, state: CVBState, rng=None) -> CVBState:
-        alpha0, beta, prior, T, M = self.alpha0, self.beta, self.prior, self.T, self.M
+        alpha0, beta, prior, M = self.alpha0, self.beta, self.prior, self.M
         gamma, Nk, Nkl, Nkm = state.gamma, state.Nk, state.Nkl, state.Nkm
         delta = 0.0
         for s in range(0, self.N, self.bs):
@@ -146,10 +123,8 @@ class CVB(Variational):
             col = (Nkm.T[None, :, :] - ob[:, :, None] * g_old[:, None, :]).clamp_min(0.0)
             ll = ob[:, :, None] * (torch.log(beta + lab) - torch.log(self.Jb[None, :, None] + col))
             logit = ll.sum(1)
-            if prior == "fsd":
-                logit = logit + torch.log(alpha0 / T + Nk_)
-            else:
-                logit = logit + tsb_log_prior_terms(Nk_, alpha0)
+            # log p(z_i = k | E[N^{-i}]); FSD's constant denominator cancels in softmax
+            logit = logit + self.prior_obj.conditional_log_weights(Nk_, alpha0)
             g_new = torch.softmax(logit, dim=1)
             diff = g_new - g_old
             delta = max(delta, float(diff.abs().max()))

@@ -36,18 +36,47 @@ components after the last occupied one have geometric prior weights, sampled
 exactly as a truncated geometric.  No logarithm and no exponential per point.
 Missing labels simply skip their column.
 
+Group moves
+-----------
+With ``beta`` sampled, ``beta`` drifts to about 0.01 on ensembles of k-means
+partitions; every ``z_i`` is then nearly determined by its cluster, and single-site
+moves cannot change the number of clusters (chains sat at 6-9 clusters, 30 nats
+apart).  Each iteration therefore adds moves of whole groups, both exact for the
+truncated priors over *labelled* components:
+
+* sequentially-allocated split-merge Metropolis-Hastings (Dahl 2003,
+  :func:`_split_merge`): a split puts a new group on an empty component chosen
+  uniformly, a merge keeps the second point's component; the acceptance ratio has
+  the prior ratio (:func:`_log_prior_nb`), the two groups' Dirichlet-multinomial
+  likelihoods, the allocation probability and the number of empty components;
+* Gibbs moves of groups of identical rows (:func:`_block_moves`): a group that sits
+  in one component is moved as a whole, from its exact conditional.
+
+Both are checked by exact enumeration (``tests/test_nbce_moves.py``) and by SBC
+(``tests/test_sbc_nbce.py``); ``experiments/nbce_mixing.py`` measures the mixing.
+
 Hyper-parameters
 ----------------
 ``alpha0`` and ``beta`` are either fixed or updated once per sweep by
-univariate slice sampling (stepping out, on the log scale) from their
-conditional given ``z``:  ``p(alpha0 | z) ∝ p(z | alpha0) Gamma(alpha0; a, b)``
-and ``p(beta | x, z) ∝ p(x | z, beta) Gamma(beta; a, b)``, with Gamma(shape=1,
-rate=1) priors by default (``hyper_prior``).
+univariate slice sampling (Neal 2003: stepping out by at most 50 intervals, on the
+log scale; compiled, :func:`_slice_log_nb`) from their conditional given ``z``:
+``p(alpha0 | z) ∝ p(z | alpha0) Gamma(alpha0; a, b)`` and ``p(beta | x, z) ∝
+p(x | z, beta) Gamma(beta; a, b)``, with Gamma(shape=1, rate=1) priors by default
+(``hyper_prior``).  An update whose shrinkage finds no point in 200 steps keeps the
+old value and is counted (``move_stats``; the estimator warns).
+
+Chains
+------
+Each chain has its own generator, seeded once from ``random_state``, so the chains
+run on threads (``n_jobs``; the compiled iteration releases the GIL) and give the same
+draws for any number of threads.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numba
@@ -55,7 +84,7 @@ import numpy as np
 from scipy.special import gammaln
 from sklearn.utils import check_random_state
 
-from ..models.nbce import PRIORS, log_prior_partition
+from ..models.nbce_priors import get_prior
 from .driver import Engine
 from .driver import fit as drive
 
@@ -71,7 +100,6 @@ __all__ = [
     "draw_counts",
 ]
 
-_PRIOR_CODE = {"tsb": 0, "fsd": 1}
 
 
 # ---------------------------------------------------------------------------
@@ -311,6 +339,21 @@ def _draw_many(n, n_draws, idx, cnt, num, invden, inv1a, a0, afsd, prior):
 
 
 @numba.njit(cache=True, fastmath=True)
+def _sample_index(w, n):
+    """Index ``k < n`` drawn with probability ``w[k] / sum(w[:n])`` (numba's generator)."""
+    tot = 0.0
+    for k in range(n):
+        tot += w[k]
+    u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded by _seed
+    acc = 0.0
+    for k in range(n):
+        acc += w[k]
+        if u < acc:
+            return k
+    return n - 1
+
+
+@numba.njit(cache=True, fastmath=True)
 def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, prior, n_sweeps):
     N = idx.shape[0]
     K = cnt.shape[0]
@@ -330,17 +373,7 @@ def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, pr
                 knew = _draw_compact(ns, tail, last, n_empty, w, occ, cnt, a0, inv1a, prior)
             else:
                 _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w, occ, lik)
-                tot = 0.0
-                for k in range(K):
-                    tot += w[k]
-                u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded by _seed
-                knew = K - 1
-                acc = 0.0
-                for k in range(K):
-                    acc += w[k]
-                    if u < acc:
-                        knew = k
-                        break
+                knew = _sample_index(w, K)
             z[n] = knew
             _move(n, knew, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
 
@@ -402,6 +435,399 @@ def _tsb_swaps(cnt, nlk, num, ckm, invden, a0, perm):
         rest = cnt[k + 1] + r  # N_{>k} after a possible swap
 
 
+@numba.njit(cache=True)
+def _log_prior_nb(cnt, a0, code):
+    """``log p(z | alpha0)`` from the sizes (the kernel's branch of
+    :class:`~consensuskit.models.nbce_priors.TSB` (code 0) / ``FSD`` (code 1))."""
+    K = cnt.shape[0]
+    v = 0.0
+    if code == 1:
+        a = a0 / K
+        tot = 0.0
+        for k in range(K):
+            v += math.lgamma(a + cnt[k]) - math.lgamma(a)
+            tot += cnt[k]
+        return v + math.lgamma(a0) - math.lgamma(a0 + tot)
+    gt = 0.0  # N_{>k}
+    la = math.log(a0)
+    for k in range(K - 1, -1, -1):
+        nk = cnt[k]
+        if k < K - 1:
+            v += la + math.lgamma(1.0 + nk) + math.lgamma(a0 + gt) - math.lgamma(1.0 + a0 + nk + gt)
+        gt += nk
+    return v
+
+
+@numba.njit(cache=True)
+def _loglik_nb(nlk, ckm, n_labels, beta):
+    """``log p(x | z, beta)``, theta integrated out, from ``nlk`` (L, T) and ``ckm`` (M, T)."""
+    v = 0.0
+    lgb = math.lgamma(beta)
+    for l in range(nlk.shape[0]):
+        for k in range(nlk.shape[1]):
+            c = nlk[l, k]
+            if c > 0:
+                v += math.lgamma(beta + c) - lgb
+    for m in range(ckm.shape[0]):
+        jb = n_labels[m] * beta
+        lg = math.lgamma(jb)
+        for k in range(ckm.shape[1]):
+            c = ckm[m, k]
+            if c > 0:
+                v += lg - math.lgamma(jb + c)
+    return v
+
+
+@numba.njit(cache=True, nogil=True)
+def _log_joint_nb(cnt, nlk, ckm, n_labels, a0, beta, code):
+    """Collapsed ``log p(x, z | alpha0, beta)`` from the counts."""
+    return _log_prior_nb(cnt, a0, code) + _loglik_nb(nlk, ckm, n_labels, beta)
+
+
+@numba.njit(cache=True)
+def _group_loglik(gl, gm, Jbeta, beta):
+    """Dirichlet-multinomial log-likelihood of one cluster: counts ``gl`` (L,), ``gm`` (M,)."""
+    v = 0.0
+    lgb = math.lgamma(beta)
+    for l in range(gl.shape[0]):
+        if gl[l] > 0:
+            v += math.lgamma(beta + gl[l]) - lgb
+    for m in range(gm.shape[0]):
+        if gm[m] > 0:
+            v += math.lgamma(Jbeta[m]) - math.lgamma(Jbeta[m] + gm[m])
+    return v
+
+
+@numba.njit(cache=True)
+def _add_row(idx, n, gl, gm):
+    for m in range(idx.shape[1]):
+        l = idx[n, m]
+        if l >= 0:
+            gl[l] += 1
+            gm[m] += 1
+
+
+@numba.njit(cache=True)
+def _log_two(d):
+    """``(log p0, log p1)`` of the two-way choice with ``log(p1/p0) = d``."""
+    if d > 0.0:
+        t = math.log1p(math.exp(-d))
+        return -d - t, -t
+    t = math.log1p(math.exp(d))
+    return -t, d - t
+
+
+@numba.njit(cache=True)
+def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_prop, stats):
+    """``n_prop`` sequentially-allocated split-merge Metropolis-Hastings moves (Dahl 2003).
+
+    Two distinct points ``i``, ``j`` are drawn.  If they share component ``c`` a
+    *split* is proposed: ``i`` starts a new group on an empty component ``e``
+    (uniform among the ``E`` empty ones), ``j`` stays in ``c``, and the other points
+    of ``c`` are allocated one by one, in random order, to either group with
+    probability proportional to the group's size times the Dirichlet-multinomial
+    predictive of the point's labels given the points allocated so far.  Otherwise
+    a *merge* of ``i``'s component into ``j``'s is proposed; its reverse is the
+    split of the merged component that puts ``i``'s group back on its old label,
+    whose probability the same allocation, replayed, gives.  The acceptance ratio
+    is the collapsed posterior ratio (truncated prior over labelled components,
+    :func:`_log_prior_nb`, times the likelihood of the two groups) times
+    ``E / q_alloc`` (split) or ``q_alloc / (E + 1)`` (merge), so the move keeps
+    ``p(z | x, alpha0, beta)`` invariant under both priors.
+
+    ``stats`` (int64, 5) accumulates: accepted splits, accepted merges, proposed
+    splits, proposed merges, splits not proposable (no empty component).
+    """
+    N, M = idx.shape
+    L, K = nlk.shape
+    if N < 2:
+        return
+    members = np.empty(N, dtype=np.int64)
+    grp = np.empty(N, dtype=np.int64)
+    gl = np.zeros((2, L), dtype=np.int64)
+    gm = np.zeros((2, M), dtype=np.int64)
+    size = np.zeros(2, dtype=np.int64)
+    for _ in range(n_prop):
+        i = np.random.randint(0, N)  # noqa: NPY002 - numba RNG, seeded by _seed
+        j = np.random.randint(0, N - 1)  # noqa: NPY002
+        if j >= i:
+            j += 1
+        ci, cj = z[i], z[j]
+        split = ci == cj
+        n_empty = 0
+        for k in range(K):
+            if cnt[k] == 0:
+                n_empty += 1
+        if split and n_empty == 0:
+            stats[4] += 1
+            continue
+        stats[2 if split else 3] += 1
+        ns = 0
+        for n in range(N):
+            if n != i and n != j and (z[n] == ci or z[n] == cj):
+                members[ns] = n
+                ns += 1
+        for a in range(ns - 1, 0, -1):  # random allocation order
+            b = np.random.randint(0, a + 1)  # noqa: NPY002
+            members[a], members[b] = members[b], members[a]
+        gl[:] = 0
+        gm[:] = 0
+        size[0] = 1
+        size[1] = 1
+        _add_row(idx, i, gl[0], gm[0])
+        _add_row(idx, j, gl[1], gm[1])
+        logq = 0.0
+        for s in range(ns):
+            n = members[s]
+            d = math.log(size[1]) - math.log(size[0])
+            for m in range(M):
+                l = idx[n, m]
+                if l >= 0:
+                    d += (math.log((beta + gl[1, l]) / (Jbeta[m] + gm[1, m]))
+                          - math.log((beta + gl[0, l]) / (Jbeta[m] + gm[0, m])))
+            lp0, lp1 = _log_two(d)
+            if split:
+                g = 0 if np.random.random() < math.exp(lp0) else 1  # noqa: NPY002
+            else:
+                g = 0 if z[n] == ci else 1
+            logq += lp0 if g == 0 else lp1
+            grp[s] = g
+            size[g] += 1
+            _add_row(idx, n, gl[g], gm[g])
+        ll_sep = _group_loglik(gl[0], gm[0], Jbeta, beta) + _group_loglik(gl[1], gm[1], Jbeta, beta)
+        ll_one = _group_loglik(gl[0] + gl[1], gm[0] + gm[1], Jbeta, beta)
+        lp_old = _log_prior_nb(cnt, a0, code)
+        if split:
+            r = np.random.randint(0, n_empty)  # noqa: NPY002
+            e = -1
+            for k in range(K):
+                if cnt[k] == 0:
+                    if r == 0:
+                        e = k
+                        break
+                    r -= 1
+            cnt[e], cnt[ci] = size[0], size[1]
+            lp_new = _log_prior_nb(cnt, a0, code)
+            cnt[e], cnt[ci] = 0, size[0] + size[1]
+            logr = lp_new - lp_old + ll_sep - ll_one + math.log(n_empty) - logq
+            src, dst = ci, e
+        else:
+            cnt[ci], cnt[cj] = 0, size[0] + size[1]
+            lp_new = _log_prior_nb(cnt, a0, code)
+            cnt[ci], cnt[cj] = size[0], size[1]
+            logr = lp_new - lp_old + ll_one - ll_sep - math.log(n_empty + 1) + logq
+            src, dst = ci, cj
+        if logr >= 0.0 or np.random.random() < math.exp(logr):  # noqa: NPY002
+            stats[0 if split else 1] += 1
+            _move(i, src, -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+            _move(i, dst, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+            z[i] = dst
+            for s in range(ns):
+                if grp[s] == 0:
+                    n = members[s]
+                    _move(n, src, -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+                    _move(n, dst, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+                    z[n] = dst
+
+
+@numba.njit(cache=True)
+def _block_prior_deltas(cnt, a, a0, code, out):
+    """``out[k] = log p(z with a more points in k) - log p(z)`` for every component k."""
+    K = cnt.shape[0]
+    if code == 1:
+        aa = a0 / K
+        for k in range(K):
+            out[k] = math.lgamma(aa + cnt[k] + a) - math.lgamma(aa + cnt[k])
+        return
+    # TSB: adding a to k raises N_{>h} for h < k and N_k itself
+    ge = 0.0
+    for k in range(K):
+        ge += cnt[k]
+    acc = 0.0  # sum over h < k of the change of stick h's term
+    for k in range(K):
+        nk = cnt[k]
+        gt = ge - nk  # N_{>k}
+        if k < K - 1:
+            out[k] = acc + (math.lgamma(1.0 + nk + a) - math.lgamma(1.0 + nk)
+                            - math.lgamma(1.0 + a0 + ge + a) + math.lgamma(1.0 + a0 + ge))
+            acc += (math.lgamma(a0 + gt + a) - math.lgamma(a0 + gt)
+                    - math.lgamma(1.0 + a0 + ge + a) + math.lgamma(1.0 + a0 + ge))
+        else:
+            out[k] = acc
+        ge = gt
+
+
+@numba.njit(cache=True)
+def _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr, brows,
+                 n_moves, stats):
+    """Gibbs moves of whole groups of identical rows (same labels, same missing entries).
+
+    Group ``g`` holds rows ``brows[bptr[g]:bptr[g+1]]``.  When all its ``a`` rows sit in
+    one component, their common component is redrawn from ``p(k | z_-group, x)``
+    restricted to "all together": the prior of adding ``a`` points to k
+    (:func:`_block_prior_deltas`) times the Dirichlet-multinomial likelihood of ``a``
+    copies of the row.  This is the Gibbs kernel of z given the rest and the event that
+    the group is together, so it keeps the posterior invariant; when ``beta`` is small it
+    moves groups that single-site moves cannot split.  ``n_moves`` groups are drawn
+    at random (all of them, in order, when ``n_moves`` >= the number of groups);
+    ``stats[6]`` counts the moves that changed a group's component.
+    """
+    G = bptr.shape[0] - 1
+    if G <= 0:
+        return
+    K = cnt.shape[0]
+    M = idx.shape[1]
+    lw = np.empty(K)
+    for t in range(n_moves if n_moves < G else G):
+        g = t if n_moves >= G else np.random.randint(0, G)  # noqa: NPY002 - numba RNG
+        r0 = brows[bptr[g]]
+        a = bptr[g + 1] - bptr[g]
+        c = z[r0]
+        together = True
+        for q in range(bptr[g] + 1, bptr[g + 1]):
+            if z[brows[q]] != c:
+                together = False
+                break
+        if not together:
+            continue
+        for q in range(bptr[g], bptr[g + 1]):
+            _move(brows[q], c, -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+        _block_prior_deltas(cnt, float(a), a0, code, lw)
+        for k in range(K):
+            v = 0.0
+            for m in range(M):
+                l = idx[r0, m]
+                if l >= 0:
+                    v += (math.lgamma(beta + nlk[l, k] + a) - math.lgamma(beta + nlk[l, k])
+                          - math.lgamma(Jbeta[m] + ckm[m, k] + a)
+                          + math.lgamma(Jbeta[m] + ckm[m, k]))
+            lw[k] += v
+        mx = lw[0]
+        for k in range(1, K):
+            if lw[k] > mx:
+                mx = lw[k]
+        for k in range(K):
+            lw[k] = math.exp(lw[k] - mx)
+        knew = _sample_index(lw, K)
+        if knew != c:
+            stats[6] += 1
+        for q in range(bptr[g], bptr[g + 1]):
+            z[brows[q]] = knew
+            _move(brows[q], knew, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+
+
+def identical_row_groups(idx):
+    """Groups of >= 2 identical rows of ``idx`` (N, M) as CSR arrays ``(ptr, rows)``."""
+    idx = np.asarray(idx)
+    if idx.shape[0] < 2:
+        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    _, inv, counts = np.unique(idx, axis=0, return_inverse=True, return_counts=True)
+    inv = inv.reshape(-1)
+    order = np.argsort(inv, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    keep = np.flatnonzero(counts >= 2)
+    rows = np.concatenate([order[starts[g]:starts[g + 1]] for g in keep]) if keep.size else \
+        np.zeros(0, dtype=np.int64)
+    ptr = np.concatenate([[0], np.cumsum(counts[keep])])
+    return ptr.astype(np.int64), rows.astype(np.int64)
+
+
+@numba.njit(cache=True)
+def _hyper_logpdf(which, x, cnt, nlk, ckm, n_labels, code, shape, rate):
+    """Log conditional density of alpha0 (which=0) or beta (1) at ``x`` (Gamma prior)."""
+    if not (x > 0.0) or not math.isfinite(x):
+        return -math.inf
+    if which == 0:
+        v = _log_prior_nb(cnt, x, code)
+    else:
+        v = _loglik_nb(nlk, ckm, n_labels, x)
+    return v + (shape - 1.0) * math.log(x) - rate * x
+
+
+@numba.njit(cache=True)
+def _slice_log_nb(which, x0, cnt, nlk, ckm, n_labels, code, shape, rate, width, max_steps):
+    """One slice-sampling update (Neal 2003: stepping out by at most ``max_steps``
+    intervals, split at random between the two sides, then shrinkage) of ``log x``.
+
+    Returns ``(x, failed)``; ``failed`` is 1 when 200 shrinkage steps found no point
+    (the old value is kept: counted by the caller, never silent).
+    """
+    u0 = math.log(x0)
+    gy = _hyper_logpdf(which, x0, cnt, nlk, ckm, n_labels, code, shape, rate) + u0
+    gy += math.log(1.0 - np.random.random())  # noqa: NPY002 - in (0, 1]
+    lo = u0 - width * np.random.random()  # noqa: NPY002
+    hi = lo + width
+    nl = int(max_steps * np.random.random())  # noqa: NPY002
+    nh = max_steps - 1 - nl
+    while nl > 0 and _hyper_logpdf(which, math.exp(lo), cnt, nlk, ckm, n_labels, code, shape,
+                                   rate) + lo > gy:
+        lo -= width
+        nl -= 1
+    while nh > 0 and _hyper_logpdf(which, math.exp(hi), cnt, nlk, ckm, n_labels, code, shape,
+                                   rate) + hi > gy:
+        hi += width
+        nh -= 1
+    for _ in range(200):
+        u = lo + (hi - lo) * np.random.random()  # noqa: NPY002
+        if _hyper_logpdf(which, math.exp(u), cnt, nlk, ckm, n_labels, code, shape, rate) + u > gy:
+            return math.exp(u), 0
+        if u < u0:
+            lo = u
+        else:
+            hi = u
+    return x0, 1
+
+
+@numba.njit(cache=True)
+def _refresh_tables(nlk, ckm, num, invden, Jbeta, inv1a, n_labels, a0, beta):
+    """Rebuild the tables that depend on alpha0 and beta."""
+    for m in range(ckm.shape[0]):
+        Jbeta[m] = n_labels[m] * beta
+        for k in range(ckm.shape[1]):
+            invden[m, k] = 1.0 / (Jbeta[m] + ckm[m, k])
+    for l in range(nlk.shape[0]):
+        for k in range(nlk.shape[1]):
+            num[l, k] = beta + nlk[l, k]
+    for n in range(inv1a.shape[0]):
+        inv1a[n] = 1.0 / (1.0 + a0 + n)
+
+
+@numba.njit(cache=True, nogil=True)
+def _iteration(idx, z, cnt, nlk, num, ckm, invden, Jbeta, inv1a, hyp, n_labels, code,
+               n_split_merge, update_hyper, hyper_prior, stats, bptr, brows):
+    """One iteration of the chain: a systematic Gibbs sweep over the points, then
+    ``n_split_merge`` split-merge moves and as many moves of groups of identical rows
+    (``bptr``, ``brows``: :func:`identical_row_groups`), then (TSB) adjacent label
+    swaps, then (if ``update_hyper``) slice updates of alpha0 | z and beta | x, z.
+
+    ``hyp`` (2,) holds alpha0, beta and is updated in place; ``hyper_prior`` (4,) the
+    Gamma shape and rate of alpha0 then of beta; ``stats`` (int64, 7) accumulates the
+    split-merge counts (see :func:`_split_merge`), the slice updates that kept the
+    old value, and the group moves that changed a component (:func:`_block_moves`).
+    """
+    K = cnt.shape[0]
+    a0, beta = hyp[0], hyp[1]
+    _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, a0 / K, code, 1)
+    if n_split_merge > 0:
+        _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_split_merge,
+                     stats)
+        _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr, brows,
+                     n_split_merge, stats)
+    if code == 0:
+        perm = np.arange(K)
+        _tsb_swaps(cnt, nlk, num, ckm, invden, a0, perm)
+        for n in range(z.shape[0]):
+            z[n] = perm[z[n]]
+    if update_hyper:
+        a0, f0 = _slice_log_nb(0, a0, cnt, nlk, ckm, n_labels, code, hyper_prior[0],
+                               hyper_prior[1], 1.0, 50)
+        beta, f1 = _slice_log_nb(1, beta, cnt, nlk, ckm, n_labels, code, hyper_prior[2],
+                                 hyper_prior[3], 1.0, 50)
+        stats[5] += f0 + f1
+        hyp[0], hyp[1] = a0, beta
+        _refresh_tables(nlk, ckm, num, invden, Jbeta, inv1a, n_labels, a0, beta)
+
+
 # ---------------------------------------------------------------------------
 # state
 # ---------------------------------------------------------------------------
@@ -422,9 +848,8 @@ class GibbsState:
         self.idx = np.ascontiguousarray(idx, dtype=np.int64)
         self.n_labels = np.asarray(n_labels, dtype=np.int64)
         self.T = int(truncation)
-        if prior not in PRIORS:
-            raise ValueError(f"prior must be 'tsb' or 'fsd'; got {prior!r}")
-        self.prior = prior
+        self.prior_obj = get_prior(prior)
+        self.prior = self.prior_obj.name
         N, M = self.idx.shape
         self.L = int(self.n_labels.sum())
         self.col_of = np.repeat(np.arange(M), self.n_labels)
@@ -437,26 +862,55 @@ class GibbsState:
         rows, cols = np.nonzero(self.idx >= 0)
         np.add.at(self.nlk, (self.idx[rows, cols], self.z[rows]), 1)
         np.add.at(self.ckm, (cols, self.z[rows]), 1)
+        #: split-merge and slice counters, see :func:`_iteration`
+        self.stats = np.zeros(7, dtype=np.int64)
+        #: groups of identical rows, moved together (:func:`_block_moves`)
+        self.group_ptr, self.group_rows = identical_row_groups(self.idx)
+        self.hyp = np.empty(2)
+        self.Jbeta = np.empty(M)
+        self.num = np.empty((self.L, self.T))
+        self.invden = np.empty((M, self.T))
+        self.inv1a = np.empty(N + 1)
         self.set_hyper(alpha0, beta)
+
+    @property
+    def alpha0(self):
+        return float(self.hyp[0])
+
+    @property
+    def beta(self):
+        return float(self.hyp[1])
+
+    @property
+    def afsd(self):
+        return self.alpha0 / self.T
 
     def set_hyper(self, alpha0, beta):
         """Set alpha0 and beta and rebuild the derived tables."""
-        self.alpha0 = float(alpha0)
-        self.beta = float(beta)
-        N = self.idx.shape[0]
-        self.Jbeta = self.n_labels.astype(np.float64) * self.beta
-        self.num = self.beta + self.nlk.astype(np.float64)
-        self.invden = 1.0 / (self.Jbeta[:, None] + self.ckm)
-        self.inv1a = 1.0 / (1.0 + self.alpha0 + np.arange(N + 1, dtype=np.float64))
-        self.afsd = self.alpha0 / self.T
+        self.hyp[0], self.hyp[1] = float(alpha0), float(beta)
+        _refresh_tables(self.nlk, self.ckm, self.num, self.invden, self.Jbeta, self.inv1a,
+                        self.n_labels, self.alpha0, self.beta)
 
     @property
     def prior_code(self):
-        return _PRIOR_CODE[self.prior]
+        return self.prior_obj.code
 
     def _move_args(self):
         return (self.idx, self.cnt, self.nlk, self.num, self.ckm, self.invden, self.beta,
                 self.Jbeta)
+
+    def iterate(self, n_split_merge=0, update_hyper=False,
+                hyper_prior=((1.0, 1.0), (1.0, 1.0))):
+        """One compiled iteration: Gibbs sweep, ``n_split_merge`` split-merge moves,
+        label swaps (TSB), slice updates of alpha0 and beta (if ``update_hyper``).
+
+        Draws from numba's generator of the calling thread (seed it with ``_seed``).
+        """
+        hp = np.asarray(hyper_prior, dtype=np.float64).reshape(4)
+        _iteration(self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden,
+                   self.Jbeta, self.inv1a, self.hyp, self.n_labels, self.prior_code,
+                   int(n_split_merge), bool(update_hyper), hp, self.stats, self.group_ptr,
+                   self.group_rows)
 
     def sweep(self, n_sweeps=1):
         """Run ``n_sweeps`` systematic-scan sweeps over all points (compiled)."""
@@ -464,6 +918,20 @@ class GibbsState:
             self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden, self.beta,
             self.Jbeta, self.inv1a, self.alpha0, self.afsd, self.prior_code, int(n_sweeps),
         )
+
+    def split_merge(self, n_proposals=1):
+        """``n_proposals`` split-merge Metropolis-Hastings moves (:func:`_split_merge`)."""
+        _split_merge(self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden,
+                     self.beta, self.Jbeta, self.alpha0, self.prior_code, int(n_proposals),
+                     self.stats)
+
+    def group_moves(self, n_moves=None):
+        """Gibbs moves of groups of identical rows (:func:`_block_moves`); all groups
+        in turn by default."""
+        n = self.group_ptr.size - 1 if n_moves is None else int(n_moves)
+        _block_moves(self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden,
+                     self.beta, self.Jbeta, self.alpha0, self.prior_code, self.group_ptr,
+                     self.group_rows, n, self.stats)
 
     def label_swaps(self):
         """One pass of adjacent label-swap Metropolis moves (TSB; no-op for FSD).
@@ -480,7 +948,7 @@ class GibbsState:
 
     def log_prior(self, alpha0=None):
         a0 = self.alpha0 if alpha0 is None else alpha0
-        return log_prior_partition(self.cnt, a0, self.prior)
+        return self.prior_obj.log_prior(self.cnt, a0)
 
     def log_lik(self, beta=None):
         b = self.beta if beta is None else beta
@@ -492,8 +960,9 @@ class GibbsState:
         )
 
     def log_joint(self):
-        """Collapsed log p(x, z | alpha0, beta) of the current state."""
-        return self.log_prior() + self.log_lik()
+        """Collapsed log p(x, z | alpha0, beta) of the current state (compiled)."""
+        return _log_joint_nb(self.cnt, self.nlk, self.ckm, self.n_labels, self.alpha0,
+                             self.beta, self.prior_code)
 
 
 def conditional_probs(state: GibbsState, n: int) -> np.ndarray:
@@ -548,77 +1017,32 @@ def sample_conditional(state: GibbsState, n: int, n_draws: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------
-# hyper-parameter updates
+# one iteration, and the chains as an engine of the fit driver
 # ---------------------------------------------------------------------------
-def _slice_log(logf, x0, rng, width=1.0, max_steps=20):
-    """One univariate slice-sampling update of ``x`` > 0 on the log scale.
-
-    ``logf(x)`` is the log density of x; the sampled variable is u = log x, whose
-    density is ``logf(e^u) + u`` (Jacobian).
-    """
-    def g(u):
-        return logf(math.exp(u)) + u
-
-    u0 = math.log(x0)
-    gy = g(u0) + math.log(rng.random_sample())
-    lo = u0 - width * rng.random_sample()
-    hi = lo + width
-    for _ in range(max_steps):
-        if g(lo) <= gy:
-            break
-        lo -= width
-    for _ in range(max_steps):
-        if g(hi) <= gy:
-            break
-        hi += width
-    for _ in range(100):
-        u = lo + (hi - lo) * rng.random_sample()
-        if g(u) > gy:
-            return math.exp(u)
-        if u < u0:
-            lo = u
-        else:
-            hi = u
-    return x0  # pragma: no cover - shrinkage always ends in practice
-
-
-def _log_gamma_pdf(x, shape, rate):
-    return shape * math.log(rate) - gammaln(shape) + (shape - 1) * math.log(x) - rate * x
-
-
-def update_hyper(state: GibbsState, rng, hyper_prior=((1.0, 1.0), (1.0, 1.0))):
-    """Slice-sample alpha0 | z and beta | x, z (Gamma priors), then refresh the tables."""
-    (aa, ab), (ba, bb) = hyper_prior
-    a0 = _slice_log(lambda a: state.log_prior(a) + _log_gamma_pdf(a, aa, ab), state.alpha0, rng)
-    b = _slice_log(lambda b: state.log_lik(b) + _log_gamma_pdf(b, ba, bb), state.beta, rng)
-    state.set_hyper(a0, b)
-
-
-# ---------------------------------------------------------------------------
-# one sweep, and the chains as an engine of the fit driver
-# ---------------------------------------------------------------------------
-def gibbs_step(state: GibbsState, rng, update_hyperparameters=True,
+def gibbs_step(state: GibbsState, rng, n_split_merge=0, update_hyperparameters=True,
                hyper_prior=((1.0, 1.0), (1.0, 1.0))) -> GibbsState:
-    """One sweep of the sampler: every ``z_i`` once, the TSB label swaps, then (if asked)
+    """One iteration of the sampler (:meth:`GibbsState.iterate`): every ``z_i`` once,
+    ``n_split_merge`` split-merge and group moves, the TSB label swaps, then (if asked)
     alpha0 and beta.  numba's generator is re-seeded from ``rng`` first, so the chain is
     a function of ``rng``'s state."""
     _seed(int(rng.randint(0, 2**31 - 1)))
-    state.sweep(1)
-    state.label_swaps()
-    if update_hyperparameters:
-        update_hyper(state, rng, hyper_prior)
+    state.iterate(n_split_merge, update_hyperparameters, hyper_prior)
     return state
 
 
 @dataclass
 class Chain:
-    """One chain's state for the driver: the sampler, sweeps done, the draws kept so far.
+    """One chain's state for the driver: the sampler, its own generator, sweeps done,
+    the draws kept so far.
 
     ``draws`` maps a name to an array over the chain's ``n_samples`` draws (see
-    :func:`gibbs_nbce`); entries past ``n_draws`` are not filled yet.
+    :func:`gibbs_nbce`); entries past ``n_draws`` are not filled yet.  Each chain draws
+    only from ``rng`` (seeded from the run's generator once, before any chain starts),
+    so chains can run in any order, or at the same time, with the same result.
     """
 
     gibbs: GibbsState
+    rng: np.random.RandomState
     sweeps: int
     draws: dict
     n_draws: int = 0
@@ -628,13 +1052,14 @@ class Chain:
 class GibbsChains(Engine):
     """Collapsed Gibbs chains as an engine of :func:`consensuskit.inference.driver.fit`.
 
-    A step is :func:`gibbs_step`; after ``burn_in`` sweeps every ``thin``-th state is
-    kept; the objective is the collapsed log joint.  Arguments as :func:`gibbs_nbce`.
+    A step is :func:`gibbs_step` with the chain's own generator; after ``burn_in``
+    sweeps every ``thin``-th state is kept; the objective is the collapsed log joint.
+    Arguments as :func:`gibbs_nbce`; ``chain_seeds`` (n_chains,) seeds the chains.
     """
 
     def __init__(self, idx, n_labels, truncation, *, prior, alpha0, beta,
                  update_hyperparameters, hyper_prior, n_samples, burn_in, thin, init,
-                 store_z, store_counts):
+                 store_z, store_counts, n_split_merge, chain_seeds):
         self.idx = idx
         self.n_labels = n_labels
         self.T = int(truncation)
@@ -645,6 +1070,8 @@ class GibbsChains(Engine):
         self.S, self.burn_in, self.thin = int(n_samples), int(burn_in), int(thin)
         self.z0 = None if init is None else np.asarray(init)
         self.store_z, self.store_counts = store_z, store_counts
+        self.n_split_merge = int(n_split_merge)
+        self.chain_seeds = np.asarray(chain_seeds)
 
     def _empty_draws(self):
         N, M = self.idx.shape
@@ -659,16 +1086,18 @@ class GibbsChains(Engine):
             d["z"] = np.zeros((S, N), dtype=np.int32)
         return d
 
-    def init(self, rng, run=0):
+    def init(self, rng=None, run=0):
+        crng = np.random.RandomState(int(self.chain_seeds[run]))
         if self.z0 is None:
-            z0 = rng.randint(0, self.T, size=self.idx.shape[0])
+            z0 = crng.randint(0, self.T, size=self.idx.shape[0])
         else:
             z0 = self.z0[run] if self.z0.ndim == 2 else self.z0
         g = GibbsState(self.idx, self.n_labels, z0, self.T, self.alpha0, self.beta, self.prior)
-        return Chain(g, 0, self._empty_draws())
+        return Chain(g, crng, 0, self._empty_draws())
 
-    def step(self, state: Chain, rng) -> Chain:
-        g = gibbs_step(state.gibbs, rng, self.update_hyperparameters, self.hyper_prior)
+    def step(self, state: Chain, rng=None) -> Chain:
+        g = gibbs_step(state.gibbs, state.rng, self.n_split_merge,
+                       self.update_hyperparameters, self.hyper_prior)
         it = state.sweeps
         state.sweeps += 1
         state.log_joint = g.log_joint()
@@ -691,7 +1120,50 @@ class GibbsChains(Engine):
         return state.log_joint
 
     def info(self, state: Chain) -> dict:
-        return {"draws": state.n_draws, "gibbs": state.gibbs}
+        return {"draws": state.n_draws, "gibbs": state.gibbs, "chain_seeds": self.chain_seeds}
+
+
+class _OneChain(Engine):
+    """Chain ``c`` of ``engine`` as a single-run engine (for running chains on threads)."""
+
+    def __init__(self, engine, c):
+        self.engine, self.c = engine, c
+
+    def init(self, rng=None, run=0):
+        return self.engine.init(rng, self.c)
+
+    def step(self, state, rng=None):
+        return self.engine.step(state, rng)
+
+    def objective(self, state):
+        return self.engine.objective(state)
+
+
+def _default_split_merge(n_points):
+    """Split-merge proposals (and group moves) per sweep for ``n_split_merge=None``.
+
+    20 up to N = 10^4, enough for the cluster-level moves to mix on the benchmark
+    ensembles (``experiments/nbce_mixing.py``); above, ``2e5 / N`` (at least 2), since a
+    proposal allocates every point of two clusters: at N = 1e5, M = 20 twenty
+    proposals cost about ten sweeps, two about one.
+    """
+    if n_points < 2:
+        return 0
+    return int(min(20, max(2, round(2e5 / n_points))))
+
+
+def _resolve_n_jobs(n_jobs, n_chains):
+    """Threads to run chains on: ``None`` means numba's thread setting
+    (``numba.get_num_threads()``, i.e. ``NUMBA_NUM_THREADS``); -1 all cores."""
+    if n_jobs is None:
+        n = numba.get_num_threads()
+    elif n_jobs == -1:
+        n = os.cpu_count() or 1
+    else:
+        n = int(n_jobs)
+        if n < 1:
+            raise ValueError(f"n_jobs must be a positive int, -1 or None; got {n_jobs!r}")
+    return max(1, min(n, n_chains))
 
 
 def gibbs_nbce(
@@ -708,6 +1180,8 @@ def gibbs_nbce(
     burn_in=100,
     thin=1,
     n_chains=2,
+    n_split_merge=None,
+    n_jobs=None,
     init=None,
     random_state=None,
     store_z=True,
@@ -720,6 +1194,13 @@ def gibbs_nbce(
 ):
     """Run ``n_chains`` collapsed Gibbs chains for NBCE (:class:`GibbsChains` under the driver).
 
+    Each iteration of a chain is a systematic Gibbs sweep over the points,
+    ``n_split_merge`` split-merge Metropolis-Hastings moves (whole clusters split or
+    merged, so the chain can change its number of clusters even when ``beta`` is
+    small and single points cannot leave their cluster) and as many moves of groups
+    of identical rows, adjacent label swaps (TSB) and slice updates of
+    ``alpha0 | z`` and ``beta | x, z``.
+
     Parameters
     ----------
     idx : int array, shape (N, M)
@@ -728,7 +1209,7 @@ def gibbs_nbce(
         ``k_j``.
     truncation : int
         T, the number of components.
-    prior : {"tsb", "fsd"}
+    prior : {"tsb", "fsd"} or a :class:`~consensuskit.models.nbce_priors.PartitionPrior`
     alpha0, beta : float
         Fixed values, or starting values when ``update_hyperparameters``.
     update_hyperparameters : bool
@@ -737,9 +1218,18 @@ def gibbs_nbce(
         Per chain: ``burn_in`` discarded sweeps, then ``n_samples`` retained draws,
         one every ``thin`` sweeps.
     n_chains : int
+    n_split_merge : int or None
+        Split-merge proposals per sweep, and as many moves of groups of identical
+        rows (None: :func:`_default_split_merge`; 0: single-site Gibbs only).
+    n_jobs : int, -1 or None
+        Threads the chains run on (the compiled moves release the GIL).  ``None``
+        follows numba's thread setting (``numba.set_num_threads`` /
+        ``NUMBA_NUM_THREADS``).  The draws do not depend on it.  With a ``callback``,
+        ``checkpoint`` or ``resume`` the chains run one after the other.
     init : None or int array (N,) or (n_chains, N)
         Initial indicators; default uniform at random over the T components.
     random_state : None, int or RandomState
+        Draws one seed per chain; each chain then has its own generator.
     store_counts : bool or "auto"
         Keep each draw's ``label_counts`` / ``col_counts`` (T x L and T x M per
         draw).  "auto": only if they take at most 256 MB; otherwise they can be
@@ -750,9 +1240,9 @@ def gibbs_nbce(
     callback, checkpoint, checkpoint_every, resume
         As in :func:`consensuskit.inference.driver.fit`: the snapshot after every sweep
         has ``chain``, ``iteration`` (sweeps done in this chain), ``draws`` (retained so
-        far in it), ``gibbs`` (the :class:`GibbsState`), ``state`` (the :class:`Chain`)
-        and ``rng`` (the generator's state).  A resumed run's later sweeps are those of
-        the uninterrupted run.
+        far in it), ``gibbs`` (the :class:`GibbsState`), ``state`` (the :class:`Chain`),
+        ``chain_seeds`` and ``rng`` (the generator's state).  A resumed run's later
+        sweeps are those of the uninterrupted run.
 
     Returns
     -------
@@ -762,11 +1252,13 @@ def gibbs_nbce(
         (if stored, see ``store_counts``),
         ``log_joint`` (C, S), ``n_occupied`` (C, S), ``alpha0`` (C, S), ``beta`` (C, S);
         ``log_joint_trace`` (C, sweeps) (every sweep, burn-in included);
-        ``n_draws`` (C,) draws retained per chain; ``stopped`` (the callback stopped the
-        run); and ``prior``, ``truncation``, ``n_labels``.
+        ``n_draws`` (C,) draws retained per chain; ``move_stats`` (C, 7) int64: accepted
+        splits, accepted merges, proposed splits, proposed merges, splits impossible for
+        want of an empty component, slice updates that kept the old value, group moves
+        that changed a component; ``stopped`` (the callback stopped the run); and
+        ``prior``, ``truncation``, ``n_labels``.
     """
-    if prior not in PRIORS:
-        raise ValueError(f"prior must be 'tsb' or 'fsd'; got {prior!r}")
+    prior_obj = get_prior(prior)
     rng = check_random_state(random_state)
     idx = np.ascontiguousarray(idx, dtype=np.int64)
     N, M = idx.shape
@@ -775,27 +1267,50 @@ def gibbs_nbce(
         raise ValueError(f"truncation must be >= 2; got {truncation}")
     L = int(np.sum(n_labels))
     C, S = int(n_chains), int(n_samples)
+    n_sm = _default_split_merge(N) if n_split_merge is None else int(n_split_merge)
+    if n_sm < 0:
+        raise ValueError(f"n_split_merge must be >= 0 or None; got {n_split_merge!r}")
+    workers = _resolve_n_jobs(n_jobs, C)
     if store_counts == "auto":
         store_counts = C * S * T * (L + M) * 4 <= 256 * 2**20
-    engine = GibbsChains(idx, n_labels, T, prior=prior, alpha0=alpha0, beta=beta,
+    chain_seeds = rng.randint(0, 2**31 - 1, size=C)
+    if resume is not None and "chain_seeds" in resume:
+        chain_seeds = np.asarray(resume["chain_seeds"])
+    engine = GibbsChains(idx, n_labels, T, prior=prior_obj, alpha0=alpha0, beta=beta,
                          update_hyperparameters=update_hyperparameters,
                          hyper_prior=hyper_prior, n_samples=S, burn_in=burn_in, thin=thin,
-                         init=init, store_z=store_z, store_counts=store_counts)
+                         init=init, store_z=store_z, store_counts=store_counts,
+                         n_split_merge=n_sm, chain_seeds=chain_seeds)
     total = burn_in + S * thin
-    fit = drive(engine, max_iter=total, n_runs=C, tol=None, rng=rng, select="all",
-                callback=callback, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                resume=resume, progress=verbose, desc="NBCE Gibbs", run_name="chain",
-                unit="sweep")
+    sequential = (workers == 1 or callback is not None or checkpoint is not None
+                  or resume is not None)
+    if sequential:
+        fit = drive(engine, max_iter=total, n_runs=C, tol=None, rng=rng, select="all",
+                    callback=callback, checkpoint=checkpoint,
+                    checkpoint_every=checkpoint_every, resume=resume, progress=verbose,
+                    desc="NBCE Gibbs", run_name="chain", unit="sweep")
+        runs, stopped = fit.runs, fit.stopped
+    else:
+        def one(c):
+            return drive(_OneChain(engine, c), max_iter=total, n_runs=1, tol=None,
+                         select="all", progress=verbose, desc=f"NBCE Gibbs chain {c + 1}",
+                         unit="sweep").runs[0]
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            runs = list(pool.map(one, range(C)))
+        stopped = False
     empty = engine._empty_draws()
     out = {key: np.zeros((C,) + v.shape, dtype=v.dtype) for key, v in empty.items()}
     out["log_joint_trace"] = np.full((C, total), np.nan)
     out["n_draws"] = np.zeros(C, dtype=np.int64)
-    for c, run in enumerate(fit.runs):
+    out["move_stats"] = np.zeros((C, 7), dtype=np.int64)
+    for c, run in enumerate(runs):
         for key, v in run.params.draws.items():
             out[key][c] = v
         out["log_joint_trace"][c, :len(run.objectives)] = run.objectives
         out["n_draws"][c] = run.params.n_draws
-    out.update(stopped=fit.stopped, prior=prior, truncation=T,
+        out["move_stats"][c] = run.params.gibbs.stats
+    out.update(stopped=stopped, prior=prior_obj.name, truncation=T,
                n_labels=np.asarray(n_labels, dtype=np.int64))
     return out
 

@@ -28,10 +28,13 @@ import numpy as np
 import torch
 from scipy.special import digamma, gammaln, polygamma
 
+from ..models.nbce_priors import PRIORS
 from .driver import Engine
 
 __all__ = ["Variational", "VB", "VBState", "vb_bound", "newton_max_log", "onehot_tensor"]
 
+
+_FSD = PRIORS["fsd"]  # the paper's VB is derived for the finite symmetric Dirichlet only
 
 def onehot_tensor(idx, L, dtype, device):
     """Sparse (COO, coalesced) one-hot ``X`` (N, L) of the observed global labels
@@ -189,7 +192,7 @@ class VB(Variational):
         gamma, a0, b = state.gamma, state.alpha0, state.beta
         stats = torch.sparse.mm(self.Xt, gamma)  # (L, T) expected label counts
         rho = b + stats.T  # (T, L)
-        xi = a0 / T + gamma.sum(0)
+        xi = _FSD.posterior_concentration(gamma.sum(0), a0)
         Elt = torch.special.digamma(rho) - torch.special.digamma(
             _segment_sum(rho, col_of_t, M)
         )[:, col_of_t]

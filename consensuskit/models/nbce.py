@@ -46,6 +46,7 @@ from pyro.ops.indexing import Vindex
 from scipy.special import gammaln
 
 from ._convention import check_labels, rows_plate
+from .nbce_priors import get_prior
 
 __all__ = [
     "PRIORS",
@@ -232,21 +233,7 @@ def log_prior_partition(counts, alpha0: float, prior: str) -> float:
     Gamma(alpha0/T + N_k)/Gamma(alpha0/T)``.
     """
     _check_prior(prior)
-    n = np.asarray(counts, dtype=np.float64)
-    T = n.size
-    a0 = float(alpha0)
-    if prior == "fsd":
-        a = a0 / T
-        return float(
-            gammaln(a0) - gammaln(a0 + n.sum()) + np.sum(gammaln(a + n) - gammaln(a))
-        )
-    greater = np.cumsum(n[::-1])[::-1] - n  # N_{>k}
-    nk, ng = n[:-1], greater[:-1]
-    return float(
-        np.sum(
-            np.log(a0) + gammaln(1.0 + nk) + gammaln(a0 + ng) - gammaln(1.0 + a0 + nk + ng)
-        )
-    )
+    return get_prior(prior).log_prior(np.asarray(counts, dtype=np.float64), alpha0)
 
 
 def log_likelihood_collapsed(label_counts, col_of, n_labels, beta: float) -> float:
