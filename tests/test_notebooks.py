@@ -56,9 +56,13 @@ assert set(summary.index) == set(var_names) and np.isfinite(summary["ess_bulk"])
 assert abs(counts.sum() - 1) < 1e-12 and (counts.index >= 1).all()
 assert P.shape == (150, 150) and np.allclose(P, P.T) and np.allclose(np.diag(P), 1)
 assert ((doubt >= 0) & (doubt <= 1)).all() and (row_entropy >= 0).all()
-# the setosa rows are clustered together with near certainty
+# the chains agree (the single-site sampler of round 1 gave R-hat about 2 here)
+assert (summary["r_hat"] < 1.1).all(), summary
+# setosa is never put with another species; base clusterings with up to six labels cut
+# it in two, and the posterior keeps that cut (co-clustering about 0.5 inside setosa)
 setosa = truth == truth[0]
-assert P[np.ix_(setosa, setosa)].mean() > 0.9
+assert P[np.ix_(setosa, ~setosa)].max() < 0.05
+assert doubt[setosa].max() < 0.05
 """,
     "03_extending_a_model.py": """
 assert set(table.index) == {"MM", "BCE", "NBCE", "BCE + reliability"}
