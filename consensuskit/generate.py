@@ -160,6 +160,27 @@ def _kmeans(F, k, seed, n_init):
         return KMeans(n_clusters=k, init="random", n_init=n_init, random_state=seed).fit_predict(F)
 
 
+def _partition_columns(X, M, n_clusters, subsample, random_state, progress, desc, cluster):
+    """The loop both generators share: column ``j`` = ``cluster(j, X[rows], k_j, seed_j)``.
+
+    Draws k and a seed per column, subsamples rows (others stay ``-1``), re-codes each
+    column to ``0..k-1`` and finally gives every row that no column drew a label.
+    """
+    n = X.shape[0]
+    m = _check_subsample(subsample, n)
+    lo, hi = _check_k_range(n_clusters, m)
+    rng = check_random_state(random_state)
+    labels = np.full((n, M), -1, dtype=np.int64)
+    for j in _progress(range(M), progress, desc):
+        k = _draw_k(rng, lo, hi)
+        seed = int(rng.randint(0, 2**31 - 1))
+        rows = np.arange(n) if m == n else np.sort(rng.choice(n, size=m, replace=False))
+        labels[rows, j] = _recode(cluster(j, X[rows], k, seed))
+    if m < n:
+        _cover_unlabelled(labels, [X] * M, rng)
+    return labels
+
+
 # -- generators ----------------------------------------------------------------------
 
 
@@ -205,19 +226,9 @@ def kmeans_partitions(
     X = _check_features(features)
     M = _check_int(n_partitions, "n_partitions")
     n_init = _check_int(n_init, "n_init")
-    n = X.shape[0]
-    m = _check_subsample(subsample, n)
-    lo, hi = _check_k_range(n_clusters, m)
-    rng = check_random_state(random_state)
-    labels = np.full((n, M), -1, dtype=np.int64)
-    for j in _progress(range(M), progress, "k-means partitions"):
-        k = _draw_k(rng, lo, hi)
-        seed = int(rng.randint(0, 2**31 - 1))
-        rows = np.arange(n) if m == n else np.sort(rng.choice(n, size=m, replace=False))
-        labels[rows, j] = _recode(_kmeans(X[rows], k, seed, n_init))
-    if m < n:
-        _cover_unlabelled(labels, [X] * M, rng)
-    return labels
+    return _partition_columns(X, M, n_clusters, subsample, random_state, progress,
+                              "k-means partitions",
+                              lambda j, F, k, seed: _kmeans(F, k, seed, n_init))
 
 
 def _feature_count(n_features, d):
@@ -450,19 +461,9 @@ def mixed_partitions(
     unknown = [a for a in algorithms if a not in ALGORITHMS]
     if unknown:
         raise ValueError(f"unknown algorithm(s) {unknown}; choose from {list(ALGORITHMS)}")
-    n = X.shape[0]
-    m = _check_subsample(subsample, n)
-    lo, hi = _check_k_range(n_clusters, m)
-    rng = check_random_state(random_state)
-    labels = np.full((n, M), -1, dtype=np.int64)
-    for j in _progress(range(M), progress, "mixed partitions"):
-        k = _draw_k(rng, lo, hi)
-        seed = int(rng.randint(0, 2**31 - 1))
-        rows = np.arange(n) if m == n else np.sort(rng.choice(n, size=m, replace=False))
-        labels[rows, j] = _recode(_run_algorithm(algorithms[j % len(algorithms)], X[rows], k, seed))
-    if m < n:
-        _cover_unlabelled(labels, [X] * M, rng)
-    return labels
+    return _partition_columns(
+        X, M, n_clusters, subsample, random_state, progress, "mixed partitions",
+        lambda j, F, k, seed: _run_algorithm(algorithms[j % len(algorithms)], F, k, seed))
 
 
 def drop_labels(X, fraction, random_state=None):
