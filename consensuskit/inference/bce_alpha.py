@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from ..ensemble import LabelData
+from .pointwise import logmeanexp_rows
 
 __all__ = ["sequential_log_weights", "log_marginal", "refine_iw", "choose_start",
            "log_dirichlet_multinomial", "exact_log_marginal"]
@@ -115,17 +116,6 @@ def sequential_log_weights(alpha, beta, data, n_samples: int, generator, rows=sl
     return log_w, counts, (torch.stack(zs) if keep_assignments else None)
 
 
-def _log_mean_exp(log_w):
-    """Per-row ``log mean_s exp(log_w)`` (n,) and the delta-method variance of it (n,)."""
-    lw = log_w.to(torch.float64)
-    mx = lw.max(0).values
-    w = torch.exp(lw - mx)
-    mean = w.mean(0)
-    S = lw.shape[0]
-    var = w.var(0) / (S * mean**2) if S > 1 else torch.zeros_like(mean)
-    return torch.log(mean) + mx, var
-
-
 def log_marginal(alpha, beta, data, n_samples: int, generator, chunk_size: int = 4096,
                  return_row_var: bool = False):
     """Importance-sampling estimate of ``sum_i log p(x_i | alpha, beta)`` and its SE.
@@ -148,7 +138,7 @@ def log_marginal(alpha, beta, data, n_samples: int, generator, chunk_size: int =
     for start in range(0, N, chunk_size):
         rows = slice(start, min(N, start + chunk_size))
         lw, _, _ = sequential_log_weights(alpha, beta, data, n_samples, generator, rows)
-        ll, v = _log_mean_exp(lw)
+        ll, v = logmeanexp_rows(lw.to(torch.float64))
         out[rows] = ll
         row_var[rows] = v
         var += float(v.sum())

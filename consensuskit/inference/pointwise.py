@@ -148,7 +148,7 @@ def _score_chunk(model, labels, globals_, model_kwargs, roles, num_particles, me
     lw = packed.unpack(contract_to_tensor(tree, sum_dims, target_ordinal=target),
                        tr.symbol_to_dim)
     lw = particles_by_rows(lw).double()  # (S, n)
-    out = logmeanexp_rows(lw)
+    ll, ll_var = logmeanexp_rows(lw)
     m = None
     if membership in roles.locals:
         v = tr.nodes[membership]["value"]
@@ -162,17 +162,17 @@ def _score_chunk(model, labels, globals_, model_kwargs, roles, num_particles, me
         K = lz.shape[-1]
         lz = lz.reshape(-1, n, K) if lz.shape[-(P + 2)] == S else lz.reshape(1, n, K)
         m = torch.softmax(torch.logsumexp(lz.double(), 0), -1)
-    return out[0], out[1], m
+    return ll.cpu().numpy(), ll_var.cpu().numpy(), m
 
 
 def logmeanexp_rows(lw: torch.Tensor):
-    """``(log mean_s exp lw[s, i], delta-method variance of it)`` for ``lw`` (S, n)."""
+    """Per row of ``lw`` (S, n): ``log mean_s exp lw[s, i]`` and its delta-method variance (n,)."""
     S = lw.shape[0]
     mx = lw.max(0).values
     w = torch.exp(lw - mx)
     mean = w.mean(0)
     var = w.var(0) / (S * mean**2) if S > 1 else torch.zeros_like(mean)
-    return (torch.log(mean) + mx).cpu().numpy(), var.cpu().numpy()
+    return torch.log(mean) + mx, var
 
 
 def score_rows(model, labels, globals_, *, model_kwargs, roles: SiteRoles,
