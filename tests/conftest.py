@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.seeding import reset_rngs
+
 torch.set_num_threads(1)
 
 
@@ -15,14 +17,7 @@ def rng():
 
 @pytest.fixture(autouse=True)
 def _seed_torch():
-    torch.manual_seed(0)
-    try:
-        import pyro
-
-        pyro.set_rng_seed(0)
-        pyro.clear_param_store()
-    except ImportError:  # pragma: no cover
-        pass
+    reset_rngs(0)
     yield
 
 

@@ -98,14 +98,9 @@ def run_case(name):
     """Fit case ``name`` and return a dict of float64 arrays (its golden values)."""
     import torch
 
-    torch.manual_seed(0)
-    try:
-        import pyro
+    from tests.seeding import reset_rngs
 
-        pyro.set_rng_seed(0)
-        pyro.clear_param_store()
-    except ImportError:  # pragma: no cover
-        pass
+    reset_rngs(0)
     table, train, test = cases()
     factory, fit_kw = table[name]
     est = factory().fit(train, **fit_kw)
