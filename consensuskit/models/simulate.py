@@ -15,6 +15,8 @@ import torch
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
+from ._convention import float64_default
+
 __all__ = ["simulate"]
 
 
@@ -45,7 +47,8 @@ def simulate(spec, *, n_rows, n_labels, n_clusters, params=None, seed=None, **sp
         Sample sites held fixed, name -> array-like (e.g. ``{"alpha": (K,), "beta_0":
         (K, k_0)}`` for BCE, or MM's ``{"pi": (K,), "theta_j": (K, k_j), "z": (N,)}`` to
         plant a partition).  Float arrays become float64 tensors, integer arrays int64.
-        Sites not given are drawn from the spec's priors.
+        Sites not given are drawn from the spec's priors.  The draw runs with torch's
+        default dtype float64 (restored afterwards).
     seed : int, optional
         Seeds a private torch RNG stream (the global stream is left as it was); None
         draws from the global stream.
@@ -67,12 +70,11 @@ def simulate(spec, *, n_rows, n_labels, n_clusters, params=None, seed=None, **sp
     data = {k: _as_value(v) for k, v in (params or {}).items()}
     kw = dict(n_labels=[int(k) for k in n_labels], n_clusters=int(n_clusters), **spec_kwargs)
     fork = nullcontext() if seed is None else torch.random.fork_rng(devices=[])
-    with fork:
+    with fork, float64_default(), torch.no_grad():
         if seed is not None:
             torch.manual_seed(int(seed))
-        with torch.no_grad():
-            tr = poutine.trace(poutine.condition(model, data=data)).get_trace(
-                None, n_rows=int(n_rows), **kw)
+        tr = poutine.trace(poutine.condition(model, data=data)).get_trace(
+            None, n_rows=int(n_rows), **kw)
     X = tr.nodes["_RETURN"]["value"]
     if not torch.is_tensor(X) or X.shape != (int(n_rows), len(kw["n_labels"])):
         raise ValueError(f"{getattr(model, '__name__', model)!r} did not return the (N, M) "
@@ -80,7 +82,7 @@ def simulate(spec, *, n_rows, n_labels, n_clusters, params=None, seed=None, **sp
     X = X.detach().cpu().numpy().astype(np.int64)
     # the label sites are those a trace with labels observes (on a private stream, so
     # that it draws nothing from the caller's)
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
+    with torch.random.fork_rng(devices=[]), float64_default(), torch.no_grad():
         observed = {name for name, site in poutine.trace(model).get_trace(
             torch.as_tensor(X[:1]), **kw).nodes.items() if site.get("is_observed")}
     latents = {name: site["value"].detach().cpu().numpy()
