@@ -1,12 +1,12 @@
 """Simulation-based calibration (SBC, Talts et al. 2018) of NBCE's collapsed Gibbs sampler.
 
-Each replication draws hyper-parameters (or takes them fixed), a partition z and a
-label matrix x from the model (its Pyro spec, :func:`consensuskit.models.simulate`),
-runs the sampler on x, and ranks a statistic of the truth among the same statistic of
-thinned posterior draws.  For a correct sampler every rank is uniform on 0..L.
-Statistics of z are evaluated at the TRUE hyper-parameters (a constant of the replication, the same for truth and draws), so
-a sampler run with wrong hyper-parameters is judged on what it gets wrong, not on a
-different function:
+Each replication draws hyper-parameters (or takes them fixed), a partition z and a label
+matrix x from the model (its Pyro spec, :func:`consensuskit.models.simulate`), runs the
+sampler on x, and ranks a statistic of the truth among the same statistic of thinned
+posterior draws. For a correct sampler every rank is uniform on 0..L. Statistics of z
+are evaluated at the TRUE hyper-parameters (a constant of the replication, the same for
+truth and draws), so a sampler run with wrong hyper-parameters is judged on what it gets
+wrong, not on a different function:
 
 * ``log_lik``   log p(x | z, beta_true)    (sensitive to beta)
 * ``log_prior`` log p(z | alpha0_true)     (sensitive to alpha0)
