@@ -262,29 +262,25 @@ def test_bce_iw_recovers_alpha_and_beta():
         _assert_within_se(_bce_error(_fit_bce(X, n_init=1), alpha, betas), cov, "BCE-mf")
 
 
-@pytest.mark.slow
-def test_bce_iw_recovers_alpha_and_beta_3000_rows():
-    """The same on 3000 rows with 3 restarts (measured: Mahalanobis 41.7, max |z| 1.6;
-    alpha 0.16 against 0.3 is 0.8 SE on the log scale)."""
-    X, alpha, betas, cov = _bce_planted(3000)
-    _assert_within_se(_bce_error(_fit_bce(X, n_init=3, alpha_estimate="iw"), alpha, betas),
-                      cov, "BCE-iw")
+MEANFIELD_BIAS = pytest.mark.xfail(strict=True, reason=(
+    "mean-field CAVI biases alpha upward and beta with it on BCE's own data: alpha "
+    "(21.8, 22.1, 16.6) against 0.3, mean |beta error| 0.125, Mahalanobis 1359 against "
+    "76.1, beta max |z| 9.2"))
+SVI_BIAS = pytest.mark.xfail(strict=True, reason=(
+    "SVI (q(theta_i) Dirichlet, z enumerated, alpha and beta point estimates) keeps a "
+    "mean-field bias: alpha (1.01, 0.98, 0.83) against 0.3, Mahalanobis 118 against 76.1, "
+    "beta max |z| 3.3"))
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="mean-field CAVI biases alpha upward and beta with "
-                   "it on BCE's own data: alpha (21.8, 22.1, 16.6) against 0.3, mean |beta "
-                   "error| 0.125, Mahalanobis 1359 against 76.1, beta max |z| 9.2")
-def test_bce_cavi_meanfield_recovers_alpha_and_beta():
+@pytest.mark.parametrize("options", [
+    dict(n_init=3, alpha_estimate="iw"),
+    pytest.param(dict(n_init=3), marks=MEANFIELD_BIAS, id="meanfield"),
+    pytest.param(dict(inference="svi", max_iter=300, n_init=1), marks=SVI_BIAS, id="svi"),
+], ids=["iw", "meanfield", "svi"])
+def test_bce_recovers_alpha_and_beta_3000_rows(options):
+    """3000 rows of BCE's own data; "iw" with 3 restarts recovers (measured: Mahalanobis
+    41.7 against 76.1, max |z| 1.6; alpha 0.16 against 0.3 is 0.8 SE on the log scale),
+    mean-field CAVI and SVI do not (xfail reasons).  Minutes, hence slow."""
     X, alpha, betas, cov = _bce_planted(3000)
-    _assert_within_se(_bce_error(_fit_bce(X, n_init=3), alpha, betas), cov, "BCE-meanfield")
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="SVI (q(theta_i) Dirichlet, z enumerated, alpha and "
-                   "beta point estimates) keeps a mean-field bias: alpha (1.01, 0.98, 0.83) "
-                   "against 0.3, Mahalanobis 118 against 76.1, beta max |z| 3.3")
-def test_bce_svi_recovers_alpha_and_beta():
-    X, alpha, betas, cov = _bce_planted(3000)
-    _assert_within_se(_bce_error(_fit_bce(X, inference="svi", max_iter=300, n_init=1),
-                                 alpha, betas), cov, "BCE-svi")
+    _assert_within_se(_bce_error(_fit_bce(X, **options), alpha, betas), cov, "BCE")
