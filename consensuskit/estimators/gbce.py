@@ -144,6 +144,11 @@ class GBCE(BCE):
     lower_bound_, lower_bounds_ : float, list of float
         The weighted bound plus the smoothing log-priors (never decreases).
     n_iter_, converged_, degenerate_, n_degenerate_ : as in BCE
+    n_variance_floored_ : int
+        Feature variances ``sigma2_hf`` of the kept restart that eq. 17 set to 0 or below
+        (summed over its iterations: with ``feature_smoothing=0``, a cluster owning one
+        point or one repeated value) and that were raised to the smallest positive float;
+        the bound is then huge rather than +inf.  A warning says so when it is not 0.
 
     Notes
     -----
@@ -267,6 +272,13 @@ class GBCE(BCE):
         fit = self._drive(self._engine(ensemble, data, K, features=term), ensemble, rs, resume,
                           digest)
         state = self._set_fitted(ensemble, fit)
+        self.n_variance_floored_ = int(state.n_variance_floored)
+        if self.n_variance_floored_:
+            warnings.warn(
+                f"GBCE: {self.n_variance_floored_} feature variance update(s) gave 0 (a cluster "
+                "owning one point or one repeated value, feature_smoothing=0) and were raised "
+                "to the smallest positive float (n_variance_floored_); feature_smoothing > 0 "
+                "keeps them positive", RuntimeWarning, stacklevel=3)
         self._mu_t = state.mu.detach()
         self._sigma2_t = state.sigma2.detach()
         self._center, self._spread = center, spread
