@@ -412,3 +412,11 @@ def test_gbce_counts_and_warns_floored_variances():
         warnings.simplefilter("error", RuntimeWarning)
         m = GBCE(2, n_init=1, max_iter=20, random_state=0).fit(X, features=F)
     assert m.n_variance_floored_ == 0 and np.min(m.sigma2_) > 1e-6
+
+
+def test_gbce_rejects_the_label_only_iw_refinement():
+    X, F = _one_value_cluster()
+    with pytest.raises(ValueError, match="does not support alpha_estimate='iw'"):
+        GBCE(2, alpha_estimate="iw").fit(X, features=F)
+    with pytest.raises(ValueError, match="alpha_estimate"):
+        GBCE(2, alpha_estimate="bogus").fit(X, features=F)

@@ -126,7 +126,9 @@ class GBCE(BCE):
         ``tol``, ``n_init``, ``inner_iter``, ``init``, ``smoothing``,
         ``n_perplexity_samples``, ``random_state``, ``device``, ``dtype``, ``verbose``,
         ``callback``, ``checkpoint_path``, ``checkpoint_every``), with the same meaning
-        (the callback's ``state`` also holds ``mu`` and ``sigma2``).
+        (the callback's ``state`` also holds ``mu`` and ``sigma2``).  ``alpha_estimate``
+        must stay ``"meanfield"``: ``"iw"`` raises ValueError (it refines alpha and beta
+        on the labels alone, which would discard the features' contribution).
 
     Attributes
     ----------
@@ -176,6 +178,12 @@ class GBCE(BCE):
         if self.inference != "cavi":
             raise ValueError(f"inference must be 'cavi' for GBCE (no SVI engine); "
                              f"got {self.inference!r}")
+        if self.alpha_estimate == "iw":
+            raise ValueError(
+                "GBCE does not support alpha_estimate='iw': that refinement maximises the "
+                "marginal likelihood of the labels alone, which would discard what the "
+                "features contributed to alpha and beta; use alpha_estimate='meanfield' "
+                "(or BCE(alpha_estimate='iw') for labels only)")
         if self.feature_likelihood != "gaussian":
             raise ValueError(f"feature_likelihood must be 'gaussian'; "
                              f"got {self.feature_likelihood!r}")
