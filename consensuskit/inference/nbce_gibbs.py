@@ -193,7 +193,7 @@ def _unpack_slots(slot_of, snum, sinv, num, invden):
             invden[m, k] = sinv[m, slot_of[k]]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline='always')
 def _slot_update(n, k, s, delta, idx, nlk, ckm, snum, sinv, beta, Jbeta):
     """Counts of component k (in slot s) after adding (+1) or removing (-1) row n."""
     for m in range(idx.shape[1]):
@@ -252,7 +252,7 @@ def _slot_occupy(k, slot_of, comp_of, occ):
         occ[1] = k
 
 
-@numba.njit(cache=True, fastmath=True)
+@numba.njit(cache=True, fastmath=True, inline='always')
 def _slot_likelihood(n, idx, snum, sinv, ns, lik):
     """Rescaled likelihood of row ``n``'s labels under slots ``0..ns-1`` into ``lik``.
 
@@ -282,7 +282,7 @@ def _slot_likelihood(n, idx, snum, sinv, ns, lik):
                     lik[s] *= sc
 
 
-@numba.njit(cache=True, fastmath=True)
+@numba.njit(cache=True, fastmath=True, inline='always')
 def _slot_weights(n_rest, cnt, comp_of, slot_of, n_occ, last, lik, inv1a, a0, afsd, prior, w):
     """Unnormalised conditional of a removed point from the slot likelihoods ``lik``.
 
@@ -339,7 +339,7 @@ def _slot_weights(n_rest, cnt, comp_of, slot_of, n_occ, last, lik, inv1a, a0, af
     return ns, head, (acc * e if last < K - 1 else 0.0)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline='always')
 def _slot_draw(ns, head, tail, w, comp_of, n_occ, last, a0, inv1a, prior):
     """A component drawn from the weights of :func:`_slot_weights`."""
     K = comp_of.shape[0]
@@ -408,8 +408,14 @@ def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, pr
             _slot_update(n, k, slot_of[k], -1, idx, nlk, ckm, snum, sinv, beta, Jbeta)
             if cnt[k] == 0:
                 _slot_vacate(k, cnt, snum, sinv, slot_of, comp_of, occ)
-            ns, head, tail = _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ, N - 1,
-                                         inv1a, a0, afsd, prior, w, lik)
+            n_occ = occ[0]
+            _slot_likelihood(n, idx, snum, sinv, n_occ + 1 if n_occ < K else K, lik)
+            if prior == 0 and n_occ < K:
+                e = lik[n_occ]
+                for s in range(n_occ + 1, K):
+                    lik[s] = e
+            ns, head, tail = _slot_weights(N - 1, cnt, comp_of, slot_of, n_occ, occ[1], lik,
+                                           inv1a, a0, afsd, prior, w)
             knew = _slot_draw(ns, head, tail, w, comp_of, occ[0], occ[1], a0, inv1a, prior)
             z[n] = knew
             if cnt[knew] == 0:
@@ -600,6 +606,41 @@ def _log_two(d):
     return -t, d - t
 
 
+@numba.njit(cache=True, fastmath=True)
+def _group_log_ratio(idx, n, gl, gm, beta, Jbeta):
+    """``log p(x_n | group 1) - log p(x_n | group 0)``: the Dirichlet-multinomial
+    predictives of row n given the label counts ``gl`` (2, L) and column counts ``gm``
+    (2, M) of two groups.
+
+    The per-column ratios are multiplied in linear space and one logarithm is taken
+    per ``_RATIO_BLOCK`` columns (not two per column); a block whose product leaves the
+    safe range (extreme beta) is summed in log space instead, so the value is the
+    same for any beta.
+    """
+    M = idx.shape[1]
+    d = 0.0
+    for m0 in range(0, M, _RATIO_BLOCK):
+        m1 = min(M, m0 + _RATIO_BLOCK)
+        prod = 1.0
+        for m in range(m0, m1):
+            l = idx[n, m]
+            if l >= 0:
+                prod *= ((beta + gl[1, l]) * (Jbeta[m] + gm[0, m])) / (
+                    (beta + gl[0, l]) * (Jbeta[m] + gm[1, m]))
+        if 1e-280 < prod < 1e280:
+            d += math.log(prod)
+        else:
+            for m in range(m0, m1):
+                l = idx[n, m]
+                if l >= 0:
+                    d += (math.log((beta + gl[1, l]) / (Jbeta[m] + gm[1, m]))
+                          - math.log((beta + gl[0, l]) / (Jbeta[m] + gm[0, m])))
+    return d
+
+
+_RATIO_BLOCK = 8  # columns per logarithm in _group_log_ratio
+
+
 @numba.njit(cache=True)
 def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_prop, stats):
     """``n_prop`` sequentially-allocated split-merge Metropolis-Hastings moves (Dahl 2003).
@@ -662,12 +703,7 @@ def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_pr
         logq = 0.0
         for s in range(ns):
             n = members[s]
-            d = math.log(size[1]) - math.log(size[0])
-            for m in range(M):
-                l = idx[n, m]
-                if l >= 0:
-                    d += (math.log((beta + gl[1, l]) / (Jbeta[m] + gm[1, m]))
-                          - math.log((beta + gl[0, l]) / (Jbeta[m] + gm[0, m])))
+            d = math.log(size[1] / size[0]) + _group_log_ratio(idx, n, gl, gm, beta, Jbeta)
             lp0, lp1 = _log_two(d)
             if split:
                 g = 0 if np.random.random() < math.exp(lp0) else 1  # noqa: NPY002
