@@ -311,6 +311,8 @@ def bench_scaling(a):
         "NBCE (sweep)": lambda: NBCE(truncation=10, n_samples=its, burn_in=0, n_chains=1,
                                      update_hyper=False, random_state=0),
     }
+    models = {name: make for name, make in models.items()
+              if name.split()[0] in a.scaling_models}
     small = synthetic(300)
     for make in models.values():
         make().fit(small)
@@ -352,6 +354,8 @@ def main(argv=None):
     p.add_argument("--default-sizes", type=int, nargs="+", default=[20_000, 100_000])
     p.add_argument("--scaling-sizes", type=int, nargs="+",
                    default=[10_000, 100_000, 1_000_000])
+    p.add_argument("--scaling-models", nargs="+", default=["BCE", "MM", "NBCE"],
+                   choices=["BCE", "MM", "NBCE"], help="rows of [scaling]")
     p.add_argument("--baseline-rev", default="fe4faf2",
                    help="git revision holding the previous E-step kernel")
     a = p.parse_args(argv)

@@ -587,7 +587,7 @@ def _group_loglik(gl, gm, Jbeta, beta):
     return v
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline='always')
 def _add_row(idx, n, gl, gm):
     for m in range(idx.shape[1]):
         l = idx[n, m]
@@ -596,7 +596,7 @@ def _add_row(idx, n, gl, gm):
             gm[m] += 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline='always')
 def _log_two(d):
     """``(log p0, log p1)`` of the two-way choice with ``log(p1/p0) = d``."""
     if d > 0.0:
@@ -606,29 +606,30 @@ def _log_two(d):
     return -t, d - t
 
 
-@numba.njit(cache=True, fastmath=True)
+@numba.njit(cache=True, fastmath=True, inline='always')
 def _group_log_ratio(idx, n, gl, gm, beta, Jbeta):
     """``log p(x_n | group 1) - log p(x_n | group 0)``: the Dirichlet-multinomial
     predictives of row n given the label counts ``gl`` (2, L) and column counts ``gm``
     (2, M) of two groups.
 
-    The per-column ratios are multiplied in linear space and one logarithm is taken
-    per ``_RATIO_BLOCK`` columns (not two per column); a block whose product leaves the
-    safe range (extreme beta) is summed in log space instead, so the value is the
-    same for any beta.
+    The per-column numerators and denominators are multiplied in linear space and
+    one division and one logarithm are taken per ``_RATIO_BLOCK`` columns (not two
+    of each per column); a block whose products leave the safe range (extreme beta)
+    is summed in log space instead, so the value is the same for any beta.
     """
     M = idx.shape[1]
     d = 0.0
     for m0 in range(0, M, _RATIO_BLOCK):
         m1 = min(M, m0 + _RATIO_BLOCK)
-        prod = 1.0
+        num = 1.0
+        den = 1.0
         for m in range(m0, m1):
             l = idx[n, m]
             if l >= 0:
-                prod *= ((beta + gl[1, l]) * (Jbeta[m] + gm[0, m])) / (
-                    (beta + gl[0, l]) * (Jbeta[m] + gm[1, m]))
-        if 1e-280 < prod < 1e280:
-            d += math.log(prod)
+                num *= (beta + gl[1, l]) * (Jbeta[m] + gm[0, m])
+                den *= (beta + gl[0, l]) * (Jbeta[m] + gm[1, m])
+        if 1e-280 < num < 1e280 and 1e-280 < den < 1e280:
+            d += math.log(num / den)
         else:
             for m in range(m0, m1):
                 l = idx[n, m]
