@@ -193,7 +193,8 @@ def table_threads(a, data, low):
                 cpu, wall = [], []
                 for r in range(a.repeats):
                     # S + 1 sweeps minus 1 sweep: the setup (state, groups of rows) cancels
-                    (c1, w1), (c0, w0) = timed(lambda r=r: fit(S + 1, r)), timed(lambda r=r: fit(1, r))
+                    c1, w1 = timed(lambda r=r: fit(S + 1, r))
+                    c0, w0 = timed(lambda r=r: fit(1, r))
                     cpu.append(c1 - c0)
                     wall.append(w1 - w0)
                 upd = 2 * S * N
