@@ -116,20 +116,26 @@ _TINY = 1e-100  # rescale the running weights when their maximum drops below thi
 _BLOCK = 16  # columns between underflow checks
 
 
-@numba.njit(cache=True)
-def _move(n, k, delta, idx, cnt, nlk, num, ckm, invden, beta, Jbeta):
-    """Add (delta=+1) or remove (delta=-1) point n to/from cluster k."""
-    M = idx.shape[1]
-    cnt[k] += delta
-    for m in range(M):
+@numba.njit(cache=True, inline='always')
+def _slot_update(n, k, s, delta, idx, nlk, ckm, snum, sinv, beta, Jbeta):
+    """Counts of component k (in slot s) after adding (+1) or removing (-1) row n."""
+    for m in range(idx.shape[1]):
         l = idx[n, m]
         if l >= 0:
             c = nlk[l, k] + delta
             nlk[l, k] = c
-            num[l, k] = beta + c
+            snum[l, s] = beta + c
             cm = ckm[m, k] + delta
             ckm[m, k] = cm
-            invden[m, k] = 1.0 / (Jbeta[m] + cm)
+            sinv[m, s] = 1.0 / (Jbeta[m] + cm)
+
+
+@numba.njit(cache=True)
+def _move(n, k, delta, idx, cnt, nlk, num, ckm, invden, beta, Jbeta):
+    """Add (delta=+1) or remove (delta=-1) point n to/from cluster k (tables in
+    component order: slot k is component k)."""
+    cnt[k] += delta
+    _slot_update(n, k, k, delta, idx, nlk, ckm, num, invden, beta, Jbeta)
 
 
 @numba.njit(cache=True, fastmath=True)
@@ -191,20 +197,6 @@ def _unpack_slots(slot_of, snum, sinv, num, invden):
     for m in range(invden.shape[0]):
         for k in range(K):
             invden[m, k] = sinv[m, slot_of[k]]
-
-
-@numba.njit(cache=True, inline='always')
-def _slot_update(n, k, s, delta, idx, nlk, ckm, snum, sinv, beta, Jbeta):
-    """Counts of component k (in slot s) after adding (+1) or removing (-1) row n."""
-    for m in range(idx.shape[1]):
-        l = idx[n, m]
-        if l >= 0:
-            c = nlk[l, k] + delta
-            nlk[l, k] = c
-            snum[l, s] = beta + c
-            cm = ckm[m, k] + delta
-            ckm[m, k] = cm
-            sinv[m, s] = 1.0 / (Jbeta[m] + cm)
 
 
 @numba.njit(cache=True)
@@ -376,7 +368,7 @@ def _slot_workspace(L, M, K):
             np.empty((M, K)), np.empty(2, dtype=np.int64), np.empty(K), np.empty(K))
 
 
-@numba.njit(cache=True, fastmath=True)
+@numba.njit(cache=True, inline='always')
 def _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ, n_rest, inv1a, a0, afsd,
                       prior, w, lik):
     """Conditional of the removed row ``n`` (:func:`_slot_likelihood` then
@@ -401,21 +393,15 @@ def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, pr
     _pack_slots(cnt, num, invden, slot_of, comp_of, snum, sinv, occ)
     for _ in range(n_sweeps):
         for n in range(N):
-            # remove row n from its component (written out: a call here costs more than
-            # the update itself)
+            # the per-point kernels are inlined (numba inline='always'): a call passing
+            # a dozen arrays costs more than the update itself
             k = z[n]
             cnt[k] -= 1
             _slot_update(n, k, slot_of[k], -1, idx, nlk, ckm, snum, sinv, beta, Jbeta)
             if cnt[k] == 0:
                 _slot_vacate(k, cnt, snum, sinv, slot_of, comp_of, occ)
-            n_occ = occ[0]
-            _slot_likelihood(n, idx, snum, sinv, n_occ + 1 if n_occ < K else K, lik)
-            if prior == 0 and n_occ < K:
-                e = lik[n_occ]
-                for s in range(n_occ + 1, K):
-                    lik[s] = e
-            ns, head, tail = _slot_weights(N - 1, cnt, comp_of, slot_of, n_occ, occ[1], lik,
-                                           inv1a, a0, afsd, prior, w)
+            ns, head, tail = _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ,
+                                               N - 1, inv1a, a0, afsd, prior, w, lik)
             knew = _slot_draw(ns, head, tail, w, comp_of, occ[0], occ[1], a0, inv1a, prior)
             z[n] = knew
             if cnt[knew] == 0:
