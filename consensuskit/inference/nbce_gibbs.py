@@ -26,13 +26,15 @@ their maximum when it falls below 1e-100, so M can be in the thousands without
 underflow (tested at M = 1000 against the log-space collapsed joint).  The
 sampler keeps ``num[l, k] = beta + N_{kl}`` (global label l, contiguous over k)
 and ``invden[j, k] = 1/(k_j beta + N_{kj})``; moving one point changes ``2M``
-entries of each.  When at least half of the components are occupied, the
-weights of all ``T`` are computed contiguously (vectorised, :func:`_weights`).
-Otherwise the compact kernel (:func:`_compact`) does ``M`` multiply passes over
-the occupied components plus one empty representative (all empty components
-share the likelihood factor ``prod_j 1/k_j``); FSD's empty components then share
-one summed weight (a new cluster picks one uniformly), and TSB's empty
-components after the last occupied one have geometric prior weights, sampled
+entries of each.  During a sweep these tables are held in *slot* order
+(:func:`_pack_slots`): the occupied components fill the first slots, so the
+likelihood of a point is ``M`` contiguous, vectorised multiply passes over the
+occupied components plus one empty representative (all empty components share
+the likelihood factor ``prod_j 1/k_j``), whatever the truncation.  A component
+that empties or fills swaps slots (:func:`_slot_vacate`, :func:`_slot_occupy`).
+FSD's empty components then share one summed weight (a new cluster picks one
+uniformly), and TSB's empty components after the last occupied one have
+geometric prior weights, sampled
 exactly as a truncated geometric.  No logarithm and no exponential per point.
 Missing labels simply skip their column.
 
@@ -114,228 +116,26 @@ _TINY = 1e-100  # rescale the running weights when their maximum drops below thi
 _BLOCK = 16  # columns between underflow checks
 
 
-@numba.njit(cache=True, fastmath=True)
-def _occupied_likelihood(n, idx, num, invden, occ, n_occ, rep, lik):
-    """Rescaled likelihood of row ``n``'s labels under the occupied components.
-
-    ``occ[:n_occ]`` are the occupied components; ``rep >= 0`` appends one empty
-    component standing for all of them.  Fills ``lik[:nl]`` (a common factor
-    rescales them whenever their maximum drops below ``_TINY``) and returns ``nl``.
-    """
-    M = idx.shape[1]
-    nl = n_occ
-    if rep >= 0:
-        occ[nl] = rep
-        nl += 1
-    for j in range(nl):
-        lik[j] = 1.0
-    for m0 in range(0, M, _BLOCK):
-        for m in range(m0, min(M, m0 + _BLOCK)):
-            l = idx[n, m]
-            if l >= 0:
-                for j in range(nl):
-                    k = occ[j]
-                    lik[j] *= num[l, k] * invden[m, k]
-        if m0 + _BLOCK < M:
-            mx = 0.0
-            for j in range(nl):
-                if lik[j] > mx:
-                    mx = lik[j]
-            if mx < _TINY:
-                sc = 1.0 / mx
-                for j in range(nl):
-                    lik[j] *= sc
-    return nl
-
-
-@numba.njit(cache=True, fastmath=True)
-def _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w, occ, lik):
-    """Unnormalised p(z_n = k | z_-n, x) for all k into ``w`` (point n already removed).
-
-    Linear space with rescaling: every factor is <= 1, and every ``_BLOCK``
-    columns the likelihood factors are divided by their maximum if it fell below
-    ``_TINY``, so no weight that matters can underflow, for any number of columns.
-    The likelihood is computed only for the occupied components plus one empty
-    representative: all empty components share the same factor
-    ``prod_j beta / (k_j beta)``.  ``occ`` and ``lik`` are (T,) work buffers.
-    """
-    K = w.shape[0]
-    M = idx.shape[1]
-    if prior == 0:  # TSB
-        ge = 0
-        for k in range(K):
-            ge += cnt[k]
-        acc = 1.0
-        for k in range(K - 1):
-            nk = cnt[k]
-            r = inv1a[ge]
-            w[k] = acc * (1.0 + nk) * r
-            acc *= (a0 + (ge - nk)) * r
-            ge -= nk
-        w[K - 1] = acc
-    else:  # FSD (the constant 1/(alpha0 + N - 1) is dropped)
-        for k in range(K):
-            w[k] = afsd + cnt[k]
-    n_occ = 0
-    rep = -1
-    for k in range(K):
-        if cnt[k] > 0:
-            occ[n_occ] = k
-            n_occ += 1
-        elif rep < 0:
-            rep = k
-    if 2 * n_occ >= K:  # dense path: contiguous over all components (vectorises)
-        for k in range(K):
-            lik[k] = 1.0
-        for m0 in range(0, M, _BLOCK):
-            for m in range(m0, min(M, m0 + _BLOCK)):
-                l = idx[n, m]
-                if l >= 0:
-                    nrow = num[l]
-                    irow = invden[m]
-                    for k in range(K):
-                        lik[k] *= nrow[k] * irow[k]
-            if m0 + _BLOCK < M:
-                mx = 0.0
-                for k in range(K):
-                    if lik[k] > mx:
-                        mx = lik[k]
-                if mx < _TINY:
-                    s = 1.0 / mx
-                    for k in range(K):
-                        lik[k] *= s
-        for k in range(K):
-            w[k] *= lik[k]
-        return
-    nl = _occupied_likelihood(n, idx, num, invden, occ, n_occ, rep, lik)
-    if rep >= 0:
-        e = lik[nl - 1]
-        for k in range(K):
-            if cnt[k] == 0:
-                w[k] *= e
-    for j in range(n_occ):
-        w[occ[j]] *= lik[j]
-
-
-@numba.njit(cache=True)
-def _move(n, k, delta, idx, cnt, nlk, num, ckm, invden, beta, Jbeta):
-    """Add (delta=+1) or remove (delta=-1) point n to/from cluster k."""
-    M = idx.shape[1]
-    cnt[k] += delta
-    for m in range(M):
+@numba.njit(cache=True, inline='always')
+def _slot_update(n, k, s, delta, idx, nlk, ckm, snum, sinv, beta, Jbeta):
+    """Counts of component k (in slot s) after adding (+1) or removing (-1) row n."""
+    for m in range(idx.shape[1]):
         l = idx[n, m]
         if l >= 0:
             c = nlk[l, k] + delta
             nlk[l, k] = c
-            num[l, k] = beta + c
+            snum[l, s] = beta + c
             cm = ckm[m, k] + delta
             ckm[m, k] = cm
-            invden[m, k] = 1.0 / (Jbeta[m] + cm)
-
-
-@numba.njit(cache=True, fastmath=True)
-def _compact(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w, occ, lik):
-    """Compact form of the conditional of z_n, for when few components are occupied.
-
-    Returns ``(ns, tail, last, n_empty)``: slot weights ``w[:ns]`` and the summed
-    weight ``tail`` of the remaining components.  TSB: slot s is component s for
-    s <= last (the last occupied component; interior empty components included)
-    and the tail holds the empty components after ``last``, whose prior weights
-    are geometric: component ``last+1+j`` has share ``(1-q) q^j`` of the tail and
-    the final component ``q^t`` (``q = alpha0/(1+alpha0)``, ``t = T-2-last``).
-    FSD: slots are the occupied components ``occ[:ns]``; the tail holds all empty
-    components, equally.  Empty components share the likelihood factor ``e``.
-    """
-    K = cnt.shape[0]
-    n_occ = 0
-    rep = -1
-    last = -1
-    ge = 0
-    for k in range(K):
-        c = cnt[k]
-        ge += c
-        if c > 0:
-            occ[n_occ] = k
-            n_occ += 1
-            last = k
-        elif rep < 0:
-            rep = k
-    n_empty = K - n_occ
-    nl = _occupied_likelihood(n, idx, num, invden, occ, n_occ, rep, lik)
-    e = lik[nl - 1] if rep >= 0 else 0.0
-    if prior == 1:  # FSD
-        for j in range(n_occ):
-            w[j] = (afsd + cnt[occ[j]]) * lik[j]
-        return n_occ, n_empty * afsd * e, last, n_empty
-    acc = 1.0
-    j = 0
-    for k in range(last + 1):
-        nk = cnt[k]
-        if k < K - 1:
-            r = inv1a[ge]
-            pk = acc * (1.0 + nk) * r
-            acc *= (a0 + (ge - nk)) * r
-            ge -= nk
-        else:
-            pk = acc
-        if nk > 0:
-            w[k] = pk * lik[j]
-            j += 1
-        else:
-            w[k] = pk * e
-    tail = acc * e if last < K - 1 else 0.0
-    return last + 1, tail, last, n_empty
+            sinv[m, s] = 1.0 / (Jbeta[m] + cm)
 
 
 @numba.njit(cache=True)
-def _draw_compact(ns, tail, last, n_empty, w, occ, cnt, a0, inv1a, prior):
-    """Sample a component from the compact conditional of :func:`_compact`."""
-    K = cnt.shape[0]
-    tot = tail
-    for s in range(ns):
-        tot += w[s]
-    u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded by _seed
-    acc = 0.0
-    for s in range(ns):
-        acc += w[s]
-        if u < acc:
-            return s if prior == 0 else occ[s]
-    if tail <= 0.0:  # rounding at the very end of the slots
-        return ns - 1 if prior == 0 else occ[ns - 1]
-    if prior == 0:
-        t = K - 2 - last
-        if t <= 0:
-            return K - 1
-        q = a0 * inv1a[0]
-        v = np.random.random()  # noqa: NPY002
-        if v <= 0.0 or q <= 0.0:
-            return last + 1 if q <= 0.0 else K - 1
-        jj = math.log(v) / math.log(q)
-        if jj >= t:
-            return K - 1
-        return last + 1 + int(jj)
-    m = int(np.random.random() * n_empty)  # noqa: NPY002
-    for k in range(K):
-        if cnt[k] == 0:
-            if m == 0:
-                return k
-            m -= 1
-    return K - 1  # pragma: no cover
-
-
-@numba.njit(cache=True)
-def _draw_many(n, n_draws, idx, cnt, num, invden, inv1a, a0, afsd, prior):
-    """Test helper: ``n_draws`` samples of z_n from the compact path (n removed)."""
-    K = cnt.shape[0]
-    w = np.empty(K)
-    occ = np.empty(K, dtype=np.int64)
-    lik = np.empty(K)
-    out = np.empty(n_draws, dtype=np.int64)
-    ns, tail, last, n_empty = _compact(n, idx, cnt, num, invden, inv1a, a0, afsd, prior,
-                                       w, occ, lik)
-    for i in range(n_draws):
-        out[i] = _draw_compact(ns, tail, last, n_empty, w, occ, cnt, a0, inv1a, prior)
-    return out
+def _move(n, k, delta, idx, cnt, nlk, num, ckm, invden, beta, Jbeta):
+    """Add (delta=+1) or remove (delta=-1) point n to/from cluster k (tables in
+    component order: slot k is component k)."""
+    cnt[k] += delta
+    _slot_update(n, k, k, delta, idx, nlk, ckm, num, invden, beta, Jbeta)
 
 
 @numba.njit(cache=True, fastmath=True)
@@ -353,29 +153,304 @@ def _sample_index(w, n):
     return n - 1
 
 
-@numba.njit(cache=True, fastmath=True)
-def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, prior, n_sweeps):
-    N = idx.shape[0]
+# The sweep keeps the tables in *slots*: slot s holds component comp_of[s]
+# (slot_of is the inverse), the occupied components fill slots 0..n_occ-1 and the
+# empty ones the rest.  snum (L, T) and sinv (M, T) are num and invden with their
+# columns in slot order, so the likelihood of a point under every occupied
+# component plus one empty representative (slot n_occ; all empty columns hold the
+# same values beta and 1/(k_j beta)) is a contiguous, vectorised product over the
+# first n_occ + 1 slots.  ``occ`` (2,) holds n_occ and the last occupied component.
+@numba.njit(cache=True)
+def _pack_slots(cnt, num, invden, slot_of, comp_of, snum, sinv, occ):
+    """Order the components into slots (occupied first, each group in label order)."""
     K = cnt.shape[0]
-    w = np.empty(K)
-    occ = np.empty(K, dtype=np.int64)
-    lik = np.empty(K)
+    s = 0
+    last = -1
+    for k in range(K):
+        if cnt[k] > 0:
+            comp_of[s] = k
+            slot_of[k] = s
+            s += 1
+            last = k
+    occ[0] = s
+    occ[1] = last
+    for k in range(K):
+        if cnt[k] == 0:
+            comp_of[s] = k
+            slot_of[k] = s
+            s += 1
+    for l in range(num.shape[0]):
+        for k in range(K):
+            snum[l, slot_of[k]] = num[l, k]
+    for m in range(invden.shape[0]):
+        for k in range(K):
+            sinv[m, slot_of[k]] = invden[m, k]
+
+
+@numba.njit(cache=True)
+def _unpack_slots(slot_of, snum, sinv, num, invden):
+    """Write the slot tables back in component order."""
+    K = slot_of.shape[0]
+    for l in range(num.shape[0]):
+        for k in range(K):
+            num[l, k] = snum[l, slot_of[k]]
+    for m in range(invden.shape[0]):
+        for k in range(K):
+            invden[m, k] = sinv[m, slot_of[k]]
+
+
+@numba.njit(cache=True)
+def _slot_vacate(k, cnt, snum, sinv, slot_of, comp_of, occ):
+    """Component k just emptied: it swaps slots with the last occupied one (``L + M``
+    entries; rare, kept out of the inlined hot path)."""
+    s = slot_of[k]
+    t = occ[0] - 1
+    if s != t:
+        for l in range(snum.shape[0]):
+            v = snum[l, s]
+            snum[l, s] = snum[l, t]
+            snum[l, t] = v
+        for m in range(sinv.shape[0]):
+            v = sinv[m, s]
+            sinv[m, s] = sinv[m, t]
+            sinv[m, t] = v
+        kt = comp_of[t]
+        comp_of[s] = kt
+        slot_of[kt] = s
+        comp_of[t] = k
+        slot_of[k] = t
+    occ[0] = t
+    if k == occ[1]:
+        j = k - 1
+        while j >= 0 and cnt[j] == 0:
+            j -= 1
+        occ[1] = j
+
+
+@numba.njit(cache=True)
+def _slot_occupy(k, slot_of, comp_of, occ):
+    """Empty component k is about to be filled: it takes slot n_occ (the columns of
+    empty slots are equal, so only the slot indices change)."""
+    s = slot_of[k]
+    t = occ[0]
+    if s != t:
+        kt = comp_of[t]
+        comp_of[s] = kt
+        slot_of[kt] = s
+        comp_of[t] = k
+        slot_of[k] = t
+    occ[0] = t + 1
+    if k > occ[1]:
+        occ[1] = k
+
+
+@numba.njit(cache=True, fastmath=True, inline='always')
+def _slot_likelihood(n, idx, snum, sinv, ns, lik):
+    """Rescaled likelihood of row ``n``'s labels under slots ``0..ns-1`` into ``lik``.
+
+    Every factor ``(beta + N_{k,x_nj}) / (k_j beta + N_{kj})`` is at most 1; every
+    ``_BLOCK`` columns the products are divided by their maximum if it fell below
+    ``_TINY`` (a common factor), so no weight that matters underflows for any M.
+    """
+    M = idx.shape[1]
+    for s in range(ns):
+        lik[s] = 1.0
+    for m0 in range(0, M, _BLOCK):
+        for m in range(m0, min(M, m0 + _BLOCK)):
+            l = idx[n, m]
+            if l >= 0:
+                a = snum[l]
+                b = sinv[m]
+                for s in range(ns):
+                    lik[s] *= a[s] * b[s]
+        if m0 + _BLOCK < M:
+            mx = 0.0
+            for s in range(ns):
+                if lik[s] > mx:
+                    mx = lik[s]
+            if mx < _TINY:
+                sc = 1.0 / mx
+                for s in range(ns):
+                    lik[s] *= sc
+
+
+@numba.njit(cache=True, fastmath=True, inline='always')
+def _slot_weights(n_rest, cnt, comp_of, slot_of, n_occ, last, lik, inv1a, a0, afsd, prior, w):
+    """Unnormalised conditional of a removed point from the slot likelihoods ``lik``.
+
+    Returns ``(ns, head, tail)``: the weights ``w[:ns]``, their sum ``head`` and the
+    summed weight ``tail`` of the rest.  FSD: entry s is occupied slot s, the tail
+    all empty components (``a0/T`` each).  TSB: entry k is component k for
+    ``k <= last`` (interior empty components included) and the tail holds the
+    components after ``last``, whose prior weights are geometric: component
+    ``last+1+j`` has share ``(1-q) q^j`` of it and the final one ``q^t``
+    (``q = alpha0/(1+alpha0)``, ``t = T-2-last``).  ``n_rest`` is the number of
+    points in the components (``sum(cnt)``).  ``lik`` must hold the empty value in
+    every slot from ``n_occ`` on (TSB reads it through ``slot_of``, without a branch).
+    """
+    K = cnt.shape[0]
+    e = lik[n_occ] if n_occ < K else 0.0
+    head = 0.0
+    if prior == 1:  # FSD (the constant 1/(alpha0 + N - 1) is dropped)
+        for s in range(n_occ):
+            v = (afsd + cnt[comp_of[s]]) * lik[s]
+            w[s] = v
+            head += v
+        return n_occ, head, (K - n_occ) * afsd * e
+    # TSB prior weights, two sticks per step so the running product's chain of
+    # multiplications is half as long: p_k = acc (1 + N_k) r_k, acc *= (a0 + N_{>k}) r_k
+    kend = min(last + 1, K - 1)
+    acc = 1.0
+    ge = n_rest
+    k = 0
+    while k + 1 < kend:
+        n0 = cnt[k]
+        r0 = inv1a[ge]
+        g1 = ge - n0
+        n1 = cnt[k + 1]
+        r1 = inv1a[g1]
+        g2 = g1 - n1
+        f0 = (a0 + g1) * r0
+        w[k] = acc * ((1.0 + n0) * r0)
+        w[k + 1] = acc * (f0 * ((1.0 + n1) * r1))
+        acc *= f0 * ((a0 + g2) * r1)
+        ge = g2
+        k += 2
+    if k < kend:
+        nk = cnt[k]
+        r = inv1a[ge]
+        w[k] = acc * ((1.0 + nk) * r)
+        acc *= (a0 + (ge - nk)) * r
+    if last == K - 1:  # the last component's stick is 1
+        w[K - 1] = acc
+    ns = last + 1
+    for k in range(ns):
+        v = w[k] * lik[slot_of[k]]
+        w[k] = v
+        head += v
+    return ns, head, (acc * e if last < K - 1 else 0.0)
+
+
+@numba.njit(cache=True, inline='always')
+def _slot_draw(ns, head, tail, w, comp_of, n_occ, last, a0, inv1a, prior):
+    """A component drawn from the weights of :func:`_slot_weights`."""
+    K = comp_of.shape[0]
+    u = np.random.random() * (head + tail)  # noqa: NPY002 - numba RNG, seeded by _seed
+    if u < head:
+        acc = 0.0
+        for s in range(ns):
+            acc += w[s]
+            if u < acc:
+                return s if prior == 0 else comp_of[s]
+        return ns - 1 if prior == 0 else comp_of[ns - 1]  # rounding at the very end
+    if tail <= 0.0:  # rounding at the very end of the entries
+        return ns - 1 if prior == 0 else comp_of[ns - 1]
+    if prior == 0:
+        t = K - 2 - last
+        if t <= 0:
+            return K - 1
+        q = a0 * inv1a[0]
+        v = np.random.random()  # noqa: NPY002
+        if v <= 0.0 or q <= 0.0:
+            return last + 1 if q <= 0.0 else K - 1
+        jj = math.log(v) / math.log(q)
+        if jj >= t:
+            return K - 1
+        return last + 1 + int(jj)
+    n_empty = K - n_occ
+    return comp_of[n_occ + min(int(np.random.random() * n_empty), n_empty - 1)]  # noqa: NPY002
+
+
+@numba.njit(cache=True)
+def _slot_workspace(L, M, K):
+    """Work arrays of the slot layout: slot_of, comp_of, snum, sinv, occ, w, lik."""
+    return (np.empty(K, dtype=np.int64), np.empty(K, dtype=np.int64), np.empty((L, K)),
+            np.empty((M, K)), np.empty(2, dtype=np.int64), np.empty(K), np.empty(K))
+
+
+@numba.njit(cache=True, inline='always')
+def _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ, n_rest, inv1a, a0, afsd,
+                      prior, w, lik):
+    """Conditional of the removed row ``n`` (:func:`_slot_likelihood` then
+    :func:`_slot_weights`); returns ``(ns, head, tail)``."""
+    K = cnt.shape[0]
+    n_occ = occ[0]
+    _slot_likelihood(n, idx, snum, sinv, n_occ + 1 if n_occ < K else K, lik)
+    if prior == 0 and n_occ < K:
+        e = lik[n_occ]
+        for s in range(n_occ + 1, K):
+            lik[s] = e
+    return _slot_weights(n_rest, cnt, comp_of, slot_of, n_occ, occ[1], lik, inv1a, a0, afsd,
+                         prior, w)
+
+
+@numba.njit(cache=True)
+def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, prior, n_sweeps):
+    """``n_sweeps`` systematic-scan Gibbs sweeps over the points, in the slot layout."""
+    N, M = idx.shape
+    K = cnt.shape[0]
+    slot_of, comp_of, snum, sinv, occ, w, lik = _slot_workspace(num.shape[0], M, K)
+    _pack_slots(cnt, num, invden, slot_of, comp_of, snum, sinv, occ)
     for _ in range(n_sweeps):
         for n in range(N):
-            _move(n, z[n], -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
-            n_occ = 0
-            for k in range(K):
-                if cnt[k] > 0:
-                    n_occ += 1
-            if 2 * n_occ < K:
-                ns, tail, last, n_empty = _compact(n, idx, cnt, num, invden, inv1a, a0, afsd,
-                                                   prior, w, occ, lik)
-                knew = _draw_compact(ns, tail, last, n_empty, w, occ, cnt, a0, inv1a, prior)
-            else:
-                _weights(n, idx, cnt, num, invden, inv1a, a0, afsd, prior, w, occ, lik)
-                knew = _sample_index(w, K)
+            # the per-point kernels are inlined (numba inline='always'): a call passing
+            # a dozen arrays costs more than the update itself
+            k = z[n]
+            cnt[k] -= 1
+            _slot_update(n, k, slot_of[k], -1, idx, nlk, ckm, snum, sinv, beta, Jbeta)
+            if cnt[k] == 0:
+                _slot_vacate(k, cnt, snum, sinv, slot_of, comp_of, occ)
+            ns, head, tail = _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ,
+                                               N - 1, inv1a, a0, afsd, prior, w, lik)
+            knew = _slot_draw(ns, head, tail, w, comp_of, occ[0], occ[1], a0, inv1a, prior)
             z[n] = knew
-            _move(n, knew, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+            if cnt[knew] == 0:
+                _slot_occupy(knew, slot_of, comp_of, occ)
+            cnt[knew] += 1
+            _slot_update(n, knew, slot_of[knew], 1, idx, nlk, ckm, snum, sinv, beta, Jbeta)
+    _unpack_slots(slot_of, snum, sinv, num, invden)
+
+
+@numba.njit(cache=True)
+def _conditional_nb(n, k0, n_draws, idx, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0,
+                    afsd, prior):
+    """The sweep's conditional of z_n (row n, now in component k0), shape (T,)
+    unnormalised, and ``n_draws`` draws from it, by the sweep's own kernels; the
+    counts are restored afterwards (for tests)."""
+    M = idx.shape[1]
+    K = cnt.shape[0]
+    slot_of, comp_of, snum, sinv, occ, w, lik = _slot_workspace(num.shape[0], M, K)
+    _pack_slots(cnt, num, invden, slot_of, comp_of, snum, sinv, occ)
+    cnt[k0] -= 1
+    _slot_update(n, k0, slot_of[k0], -1, idx, nlk, ckm, snum, sinv, beta, Jbeta)
+    if cnt[k0] == 0:
+        _slot_vacate(k0, cnt, snum, sinv, slot_of, comp_of, occ)
+    n_occ, last = occ[0], occ[1]
+    ns, head, tail = _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ, cnt.sum(),
+                                 inv1a, a0, afsd, prior, w, lik)
+    full = np.zeros(K)
+    if prior == 1:
+        for s in range(ns):
+            full[comp_of[s]] = w[s]
+        for s in range(n_occ, K):
+            full[comp_of[s]] = tail / (K - n_occ)
+    else:
+        for k in range(ns):
+            full[k] = w[k]
+        if last < K - 1:
+            q = a0 * inv1a[0]
+            t = K - 2 - last
+            for j in range(t):
+                full[last + 1 + j] = tail * (1.0 - q) * q**j
+            full[K - 1] = tail * q**t
+    draws = np.empty(n_draws, dtype=np.int64)
+    for i in range(n_draws):
+        draws[i] = _slot_draw(ns, head, tail, w, comp_of, n_occ, last, a0, inv1a, prior)
+    if cnt[k0] == 0:
+        _slot_occupy(k0, slot_of, comp_of, occ)
+    cnt[k0] += 1
+    _slot_update(n, k0, slot_of[k0], 1, idx, nlk, ckm, snum, sinv, beta, Jbeta)
+    return full, draws
 
 
 @numba.njit(cache=True)
@@ -498,7 +573,7 @@ def _group_loglik(gl, gm, Jbeta, beta):
     return v
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline='always')
 def _add_row(idx, n, gl, gm):
     for m in range(idx.shape[1]):
         l = idx[n, m]
@@ -507,7 +582,7 @@ def _add_row(idx, n, gl, gm):
             gm[m] += 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline='always')
 def _log_two(d):
     """``(log p0, log p1)`` of the two-way choice with ``log(p1/p0) = d``."""
     if d > 0.0:
@@ -515,6 +590,42 @@ def _log_two(d):
         return -d - t, -t
     t = math.log1p(math.exp(d))
     return -t, d - t
+
+
+@numba.njit(cache=True, fastmath=True, inline='always')
+def _group_log_ratio(idx, n, gl, gm, beta, Jbeta):
+    """``log p(x_n | group 1) - log p(x_n | group 0)``: the Dirichlet-multinomial
+    predictives of row n given the label counts ``gl`` (2, L) and column counts ``gm``
+    (2, M) of two groups.
+
+    The per-column numerators and denominators are multiplied in linear space and
+    one division and one logarithm are taken per ``_RATIO_BLOCK`` columns (not two
+    of each per column); a block whose products leave the safe range (extreme beta)
+    is summed in log space instead, so the value is the same for any beta.
+    """
+    M = idx.shape[1]
+    d = 0.0
+    for m0 in range(0, M, _RATIO_BLOCK):
+        m1 = min(M, m0 + _RATIO_BLOCK)
+        num = 1.0
+        den = 1.0
+        for m in range(m0, m1):
+            l = idx[n, m]
+            if l >= 0:
+                num *= (beta + gl[1, l]) * (Jbeta[m] + gm[0, m])
+                den *= (beta + gl[0, l]) * (Jbeta[m] + gm[1, m])
+        if 1e-280 < num < 1e280 and 1e-280 < den < 1e280:
+            d += math.log(num / den)
+        else:
+            for m in range(m0, m1):
+                l = idx[n, m]
+                if l >= 0:
+                    d += (math.log((beta + gl[1, l]) / (Jbeta[m] + gm[1, m]))
+                          - math.log((beta + gl[0, l]) / (Jbeta[m] + gm[0, m])))
+    return d
+
+
+_RATIO_BLOCK = 8  # columns per logarithm in _group_log_ratio
 
 
 @numba.njit(cache=True)
@@ -579,12 +690,7 @@ def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_pr
         logq = 0.0
         for s in range(ns):
             n = members[s]
-            d = math.log(size[1]) - math.log(size[0])
-            for m in range(M):
-                l = idx[n, m]
-                if l >= 0:
-                    d += (math.log((beta + gl[1, l]) / (Jbeta[m] + gm[1, m]))
-                          - math.log((beta + gl[0, l]) / (Jbeta[m] + gm[0, m])))
+            d = math.log(size[1] / size[0]) + _group_log_ratio(idx, n, gl, gm, beta, Jbeta)
             lp0, lp1 = _log_two(d)
             if split:
                 g = 0 if np.random.random() < math.exp(lp0) else 1  # noqa: NPY002
@@ -965,55 +1071,26 @@ class GibbsState:
                              self.beta, self.prior_code)
 
 
+def _conditional(state: GibbsState, n: int, n_draws: int):
+    return _conditional_nb(int(n), int(state.z[n]), int(n_draws), state.idx, state.cnt,
+                           state.nlk, state.num, state.ckm, state.invden, state.beta,
+                           state.Jbeta, state.inv1a, state.alpha0, state.afsd,
+                           state.prior_code)
+
+
 def conditional_probs(state: GibbsState, n: int) -> np.ndarray:
-    """The sampler's conditional p(z_n = k | z_-n, x), shape (T,), via the compiled kernel.
-
-    Leaves ``state`` unchanged.  Used to test the kernel against brute force.
-    """
-    k = int(state.z[n])
-    _move(n, k, -1, *state._move_args())
-    w = np.empty(state.T)
-    _weights(n, state.idx, state.cnt, state.num, state.invden, state.inv1a, state.alpha0,
-             state.afsd, state.prior_code, w, np.empty(state.T, dtype=np.int64),
-             np.empty(state.T))
-    _move(n, k, 1, *state._move_args())
-    return w / w.sum()
-
-
-def conditional_probs_compact(state: GibbsState, n: int) -> np.ndarray:
-    """The same conditional as :func:`conditional_probs`, computed by the compact
-    kernel the sweep uses when fewer than half of the components are occupied,
-    expanded back to shape (T,).  Leaves ``state`` unchanged."""
-    k0 = int(state.z[n])
-    _move(n, k0, -1, *state._move_args())
-    T = state.T
-    w, occ, lik = np.empty(T), np.empty(T, dtype=np.int64), np.empty(T)
-    ns, tail, last, n_empty = _compact(n, state.idx, state.cnt, state.num, state.invden,
-                                       state.inv1a, state.alpha0, state.afsd,
-                                       state.prior_code, w, occ, lik)
-    full = np.zeros(T)
-    if state.prior == "tsb":
-        full[:ns] = w[:ns]
-        if last < T - 1:
-            q = state.alpha0 / (1.0 + state.alpha0)
-            t = T - 2 - last
-            full[last + 1:T - 1] = tail * (1 - q) * q ** np.arange(t)
-            full[T - 1] = tail * q**t
-    else:
-        full[occ[:ns]] = w[:ns]
-        full[state.cnt == 0] = tail / n_empty
-    _move(n, k0, 1, *state._move_args())
+    """The sweep's conditional p(z_n = k | z_-n, x), shape (T,), computed by the
+    kernels the sweep uses (slot layout, empty components scored once, TSB tail as a
+    truncated geometric).  Leaves ``state`` unchanged.  Used to test the kernel
+    against brute force."""
+    full, _ = _conditional(state, n, 0)
     return full / full.sum()
 
 
 def sample_conditional(state: GibbsState, n: int, n_draws: int) -> np.ndarray:
-    """``n_draws`` samples of z_n from the compact sampling path (for tests)."""
-    k0 = int(state.z[n])
-    _move(n, k0, -1, *state._move_args())
-    out = _draw_many(n, int(n_draws), state.idx, state.cnt, state.num, state.invden,
-                     state.inv1a, state.alpha0, state.afsd, state.prior_code)
-    _move(n, k0, 1, *state._move_args())
-    return out
+    """``n_draws`` samples of z_n by the sweep's sampling kernel (for tests; numba's
+    generator, seeded by ``_seed``).  Leaves ``state`` unchanged."""
+    return _conditional(state, n, n_draws)[1]
 
 
 # ---------------------------------------------------------------------------
