@@ -74,7 +74,70 @@ def _tables(log_pi, log_theta, offsets, slots, miss, gstart, toff):
     return tab
 
 
-@njit(**_OPTS)
+def _make_e_pass(n_clusters):
+    """:func:`e_pass` with ``K = n_clusters`` fixed at compile time (cached on disk per K)."""
+
+    @njit(**_OPTS)
+    def e_pass(log_pi, log_theta, codes, offsets, slots, miss, gstart, toff, resp):
+        """The kernel of :func:`e_pass` (see there)."""
+        K = n_clusters  # a compile-time constant: the loops over clusters unroll
+        G, N = codes.shape
+        tab = _tables(log_pi, log_theta, offsets, slots, miss, gstart, toff)
+        counts = np.zeros((toff[G], K), dtype=np.float64)
+        TK = TILE * K
+        # zeros; past the end of the last tile, rows keep finite values of the tile before
+        L = np.zeros(TK, dtype=log_theta.dtype)
+        mx = np.empty(TILE, dtype=log_theta.dtype)
+        tot = np.empty(TILE, dtype=np.float64)
+        inv = np.empty(TILE, dtype=np.float64)
+        lt = np.empty(TILE, dtype=np.float64)
+        loglik = 0.0
+        for i0 in range(0, N, TILE):
+            nt = min(TILE, N - i0)
+            for t in range(nt):
+                c = toff[0] + codes[0, i0 + t]
+                for k in range(K):
+                    L[t * K + k] = tab[c, k]
+            for g in range(1, G):
+                for t in range(nt):
+                    c = toff[g] + codes[g, i0 + t]
+                    for k in range(K):
+                        L[t * K + k] += tab[c, k]
+            for t in range(nt):
+                m = L[t * K]
+                for k in range(1, K):
+                    m = max(m, L[t * K + k])
+                mx[t] = m
+                for k in range(K):
+                    L[t * K + k] -= m
+            for q in range(TK):
+                L[q] = _exp(L[q])
+            for t in range(TILE):
+                s = 0.0
+                for k in range(K):
+                    s += L[t * K + k]
+                tot[t] = s
+                inv[t] = 1.0 / s
+                lt[t] = _log(s)
+            for t in range(nt):
+                loglik += mx[t] + lt[t]
+                for k in range(K):
+                    r = L[t * K + k] * inv[t]
+                    resp[k, i0 + t] = r
+                    L[t * K + k] = r
+            for g in range(G):
+                for t in range(nt):
+                    c = toff[g] + codes[g, i0 + t]
+                    for k in range(K):
+                        counts[c, k] += L[t * K + k]
+        return loglik, counts
+
+    return e_pass
+
+
+_E_PASSES: dict = {}
+
+
 def e_pass(log_pi, log_theta, codes, offsets, slots, miss, gstart, toff, resp):
     """E-step, log-likelihood and joint counts in one pass over the rows.
 
@@ -95,60 +158,16 @@ def e_pass(log_pi, log_theta, codes, offsets, slots, miss, gstart, toff, resp):
     counts : float64 (T, K)
         ``sum_{i: code_g(i) = t} resp_ki`` for every group's entry ``t``.
 
-    Rows go in tiles of :data:`TILE`, so that the ``exp`` of a tile's ``TILE * K``
-    log-numerators is one loop without branches (:func:`_bce_numba._exp`, which
-    vectorises; numba's ``np.exp`` does not), and likewise their sums' logarithms.
+    One compiled kernel per K (compiled lazily, once per K and dtype).  Rows go in tiles
+    of :data:`TILE`, so that the ``exp`` of a tile's ``TILE * K`` log-numerators is one
+    loop without branches (:func:`_bce_numba._exp`, which vectorises; numba's ``np.exp``
+    does not), and likewise their sums' logarithms.
     """
-    K = log_theta.shape[0]
-    G, N = codes.shape
-    tab = _tables(log_pi, log_theta, offsets, slots, miss, gstart, toff)
-    counts = np.zeros((toff[G], K), dtype=np.float64)
-    TK = TILE * K
-    L = np.zeros(TK, dtype=log_theta.dtype)  # rows past the end of the last tile stay 0
-    mx = np.empty(TILE, dtype=log_theta.dtype)
-    tot = np.empty(TILE, dtype=np.float64)
-    inv = np.empty(TILE, dtype=np.float64)
-    lt = np.empty(TILE, dtype=np.float64)
-    loglik = 0.0
-    for i0 in range(0, N, TILE):
-        nt = min(TILE, N - i0)
-        for t in range(nt):
-            c = toff[0] + codes[0, i0 + t]
-            for k in range(K):
-                L[t * K + k] = tab[c, k]
-        for g in range(1, G):
-            for t in range(nt):
-                c = toff[g] + codes[g, i0 + t]
-                for k in range(K):
-                    L[t * K + k] += tab[c, k]
-        for t in range(nt):
-            m = L[t * K]
-            for k in range(1, K):
-                m = max(m, L[t * K + k])
-            mx[t] = m
-            for k in range(K):
-                L[t * K + k] -= m
-        for q in range(TK):
-            L[q] = _exp(L[q])
-        for t in range(TILE):
-            s = 0.0
-            for k in range(K):
-                s += L[t * K + k]
-            tot[t] = s
-            inv[t] = 1.0 / s
-            lt[t] = _log(s)
-        for t in range(nt):
-            loglik += mx[t] + lt[t]
-            for k in range(K):
-                r = L[t * K + k] * inv[t]
-                resp[k, i0 + t] = r
-                L[t * K + k] = r
-        for g in range(G):
-            for t in range(nt):
-                c = toff[g] + codes[g, i0 + t]
-                for k in range(K):
-                    counts[c, k] += L[t * K + k]
-    return loglik, counts
+    K = int(log_theta.shape[0])
+    kern = _E_PASSES.get(K)
+    if kern is None:
+        kern = _E_PASSES[K] = _make_e_pass(K)
+    return kern(log_pi, log_theta, codes, offsets, slots, miss, gstart, toff, resp)
 
 
 @njit(**_OPTS)
