@@ -182,25 +182,29 @@ def m_pass(counts, offsets, slots, miss, gstart, toff, label_prior, weight_prior
     V = offsets[M]
     C = np.zeros((K, V), dtype=np.float64)
     Nk = np.zeros(K, dtype=np.float64)
+    digit = np.zeros(M, dtype=np.int64)
     for g in range(G):
         j0, j1 = gstart[g], gstart[g + 1]
         size = toff[g + 1] - toff[g]
-        for t in range(size):
+        for j in range(j0, j1):
+            digit[j] = 0
+        for t in range(size):  # digit[j0:j1] is entry t's slot per column (an odometer)
             e = toff[g] + t
             if g == 0:
                 for k in range(K):
                     Nk[k] += counts[e, k]
-            rest = t
-            for j in range(j1 - 1, j0 - 1, -1):
-                s = slots[j]
-                r = rest % s
-                rest //= s
-                if miss[j]:
-                    if r == 0:
-                        continue
-                    r -= 1
-                for k in range(K):
-                    C[k, offsets[j] + r] += counts[e, k]
+            for j in range(j0, j1):
+                r = digit[j] - miss[j]
+                if r >= 0:
+                    for k in range(K):
+                        C[k, offsets[j] + r] += counts[e, k]
+            j = j1 - 1
+            while j >= j0:
+                digit[j] += 1
+                if digit[j] < slots[j]:
+                    break
+                digit[j] = 0
+                j -= 1
     log_pi = np.empty(K, dtype=dtype_probe.dtype)
     pi_tot = 0.0
     for k in range(K):
