@@ -88,6 +88,7 @@ def main(model, N, M, chunk, epochs, path, jit, max_chunks, hidden):
     if model == "mm":
         spec, guide, nesting, what = mm.model, mm.map_guide, 1, "MM spec + MAP guide"
     else:
+        torch.manual_seed(0)  # the network's initial weights
         guide = AmortizedGuide(n_labels, 4, hidden=hidden)
         spec, nesting = bce.model, bce.MAX_PLATE_NESTING
         what = (f"BCE spec + amortised guide (hidden={hidden}, "
