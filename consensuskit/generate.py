@@ -12,6 +12,8 @@ partition from it, so a run is reproducible; ``progress=True`` shows a tqdm bar.
 * :func:`random_feature_partitions` -- k-means on random feature subsets (RFS).
 * :func:`mixed_partitions` -- several algorithms mixed (k-means, fuzzy c-means,
   agglomerative single/average/ward, spectral, affinity propagation).
+* :func:`noisy_copies` -- noisy copies of a planted partition (the mixture model of
+  consensus with fixed label distributions, simulated from its Pyro spec).
 * :func:`drop_labels` -- turn observed labels into missing ones.
 * :func:`fuzzy_cmeans` -- the fuzzy c-means used by :func:`mixed_partitions`.
 """
@@ -30,6 +32,7 @@ __all__ = [
     "kmeans_partitions",
     "random_feature_partitions",
     "mixed_partitions",
+    "noisy_copies",
     "drop_labels",
     "fuzzy_cmeans",
     "ALGORITHMS",
@@ -464,6 +467,57 @@ def mixed_partitions(
     return _partition_columns(
         X, M, n_clusters, subsample, random_state, progress, "mixed partitions",
         lambda j, F, k, seed: _run_algorithm(algorithms[j % len(algorithms)], F, k, seed))
+
+
+def noisy_copies(truth, n_partitions, *, noise, n_labels=None, random_state=None):
+    """Base clusterings that copy a planted partition, each label replaced with prob ``noise``.
+
+    Column ``j`` maps the ``K`` true clusters to ``K`` distinct labels of ``0..k_j-1`` (a
+    random injection, so the label ids carry no information) and gives each row that
+    label with probability ``1 - noise``, else a label drawn uniformly from all ``k_j``.
+    This is the mixture model of consensus (:mod:`consensuskit.models.mm`) with
+    ``z = truth`` and fixed label distributions ``theta_j[h] = (1 - noise) e_{perm_j(h)}
+    + noise / k_j``, and it is simulated from that spec.
+
+    Parameters
+    ----------
+    truth : array-like of int, shape (n_samples,)
+        The planted partition, labels ``0..K-1``.
+    n_partitions : int
+        ``M``, the number of base clusterings.
+    noise : float in [0, 1]
+        Probability that a label is replaced by a uniform one.
+    n_labels : int or sequence of int (M,), optional
+        ``k_j >= K`` labels per column (extra labels appear only through noise);
+        default ``K``.
+    random_state : int, RandomState or None
+
+    Returns
+    -------
+    ndarray of int64, shape (n_samples, n_partitions)
+    """
+    from .models import mm
+    from .models.simulate import simulate
+
+    truth = np.asarray(truth)
+    if truth.ndim != 1 or truth.dtype.kind not in "iu" or truth.size == 0 or truth.min() < 0:
+        raise ValueError("truth must be a non-empty 1-D array of labels 0..K-1")
+    M = _check_int(n_partitions, "n_partitions")
+    if not 0.0 <= float(noise) <= 1.0:
+        raise ValueError(f"noise must be in [0, 1]; got {noise!r}")
+    K = int(truth.max()) + 1
+    ks = np.broadcast_to(np.asarray(K if n_labels is None else n_labels), (M,)).astype(int)
+    if ks.min() < K:
+        raise ValueError(f"every column needs at least K = {K} labels; got n_labels={ks}")
+    rs = check_random_state(random_state)
+    params = {"pi": np.full(K, 1.0 / K), "z": truth.astype(np.int64)}
+    for j, kj in enumerate(ks):
+        theta = np.full((K, kj), float(noise) / kj)
+        theta[np.arange(K), rs.permutation(kj)[:K]] += 1.0 - float(noise)
+        params[f"theta_{j}"] = theta
+    X, _ = simulate(mm, n_rows=truth.size, n_labels=ks, n_clusters=K, params=params,
+                    seed=int(rs.randint(2**31 - 1)))
+    return X
 
 
 def drop_labels(X, fraction, random_state=None):

@@ -2,8 +2,8 @@
 
 Data: K = 4 consensus clusters, ``alpha_h = 0.3``, ``k_j = 4`` labels per base
 clustering, every row of every ``beta_j`` drawn from ``Dirichlet(0.5)``; N = 2000 rows,
-the last 500 held out; M in {6, 8, 20}; 5 seeds.  (The simulator is written here:
-the BCE Pyro program cannot simulate on this branch yet.)
+the last 500 held out; M in {6, 8, 20}; 5 seeds; simulated from BCE's Pyro spec
+(:func:`consensuskit.models.simulate`).
 
 For each case the held-out perplexity of MM, of BCE with ``alpha_estimate="meanfield"``
 and with ``"iw"``, and of the true parameters, all computed *exactly* (BCE: the count
@@ -33,25 +33,26 @@ from consensuskit.estimators.bce import BCE
 from consensuskit.estimators.mm import MM
 from consensuskit.inference import bce_cavi
 from consensuskit.inference.bce_alpha import exact_log_marginal
+from consensuskit.models import bce as bce_spec
+from consensuskit.models import simulate as simulate_spec
 
 K, ALPHA, LABELS, BETA_CONC = 4, 0.3, 4, 0.5
 
 
 def simulate(rng, n_rows, n_partitions, n_clusters=K, n_labels=LABELS, alpha=ALPHA,
              beta_concentration=BETA_CONC, missing=0.0):
-    """BCE's generative process; returns labels (N, M), alpha (K,), betas [(K, k_j)].
+    """Rows simulated from BCE's spec; returns labels (N, M), alpha (K,), betas [(K, k_j)].
 
-    Every row of every ``beta_j`` is drawn from a symmetric Dirichlet; with ``missing``
-    that fraction of labels (outside column 0) is set to -1.
+    ``alpha`` is fixed; every row of every ``beta_j`` is drawn from the spec's symmetric
+    Dirichlet prior (``label_prior=beta_concentration``); the torch stream is seeded from
+    ``rng``.  With ``missing`` that fraction of labels (outside column 0) is set to -1.
     """
     a = np.full(n_clusters, alpha)
-    betas = [rng.dirichlet(np.full(n_labels, beta_concentration), size=n_clusters)
-             for _ in range(n_partitions)]
-    theta = rng.dirichlet(a, size=n_rows)
-    X = np.empty((n_rows, n_partitions), dtype=np.int64)
-    for j, b in enumerate(betas):
-        z = np.array([rng.choice(n_clusters, p=t) for t in theta])
-        X[:, j] = [rng.choice(n_labels, p=b[h]) for h in z]
+    X, latents = simulate_spec(bce_spec, n_rows=n_rows, n_labels=[n_labels] * n_partitions,
+                               n_clusters=n_clusters, params={"alpha": a},
+                               label_prior=beta_concentration,
+                               seed=int(rng.integers(2**31 - 1)))
+    betas = [latents[f"beta_{j}"] for j in range(n_partitions)]
     if missing:
         drop = rng.random(X.shape) < missing
         drop[:, 0] = False

@@ -28,18 +28,15 @@ import numpy as np
 import torch
 
 from consensuskit.inference import mm_em
+from consensuskit.models import mm as mm_spec
+from consensuskit.models import simulate
 
 
 def make_data(n, m=20, k=5, K=4, seed=0):
-    """(N, M) labels sampled from an MM with Dirichlet(0.5) label distributions."""
-    rng = np.random.default_rng(seed)
-    z = rng.integers(0, K, n)
-    X = np.empty((n, m), dtype=np.int64, order="F")
-    for j in range(m):
-        theta = rng.dirichlet(np.full(k, 0.5), size=K)  # (K, k)
-        cdf = theta.cumsum(1)[z]
-        X[:, j] = (rng.random((n, 1)) > cdf).sum(1).clip(max=k - 1)
-    return X
+    """(N, M) labels simulated from MM's spec with Dirichlet(0.5) label distributions."""
+    X, _ = simulate(mm_spec, n_rows=n, n_labels=[k] * m, n_clusters=K,
+                    params={"pi": np.full(K, 1.0 / K)}, label_prior=0.5, seed=seed)
+    return np.asfortranarray(X)
 
 
 def _fixed_mmap_threshold():

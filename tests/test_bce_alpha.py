@@ -65,7 +65,8 @@ def test_exact_log_marginal_equals_brute_force_enumeration(rng):
 def test_log_marginal_estimate_within_its_se_of_exact(rng, a):
     """The sequential importance-sampling estimate agrees with exact enumeration within
     4 SE (after its Jensen bias -SE^2/2), at a small and a large alpha, with missing
-    labels; an alpha 20% off is > 10 SE away (the comparison has power)."""
+    labels; a doubled alpha is > 10 SE away (the comparison has power; at alpha 0.3 the
+    likelihood is flat enough that a 20% change moves it only ~4 SE, measured 3.8)."""
     X, _, _ = simulate(rng, N=150, M=6, K=3, missing=0.2)
     ens = Ensemble.from_labels(X)
     data = cavi.prepare_data(ens)
@@ -77,7 +78,7 @@ def test_log_marginal_estimate_within_its_se_of_exact(rng, a):
     est = float(est.sum())
     assert 0 < se < 0.5
     assert abs(est + se**2 / 2 - exact) < 4 * se, (est, exact, se)
-    wrong = float(bce_alpha.exact_log_marginal(alpha * 1.2, beta, data).sum())
+    wrong = float(bce_alpha.exact_log_marginal(alpha * 2.0, beta, data).sum())
     assert abs(wrong - exact) > 10 * se
 
 
@@ -100,21 +101,27 @@ def test_bce_perplexity_within_se_of_exact(rng):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_iw_fit_has_higher_exact_likelihood_than_meanfield(rng):
     """On BCE's own data (alpha_h = 0.3, five labels a row) "iw" targets the marginal
-    likelihood: its exact training and held-out log-likelihoods beat the mean-field fit's,
-    and its alpha sits at the exact training optimum along its own direction (halving or
-    doubling it loses more than the estimate's Monte Carlo noise, 2 nats here)."""
-    X, alpha, _ = simulate(rng, N=500, M=5, K=3, a=0.3)
+    likelihood: its exact training and held-out log-likelihoods beat the mean-field fit's
+    by more than 2 SE of the paired per-row difference (measured: 4.9 on 400 training
+    rows, 3.1 on 400 held-out rows), and its alpha sits at the exact training optimum
+    along its own direction (halving or doubling it loses more than the estimate's Monte
+    Carlo noise, 2 nats here)."""
+    X, alpha, _ = simulate(rng, N=800, M=5, K=3, a=0.3)
     tr, te = X[:400], X[400:]
     mf = BCE(3, alpha_estimate="meanfield", n_init=1, random_state=0).fit(tr)
     iw = BCE(3, alpha_estimate="iw", n_init=1, random_state=0).fit(tr)
     train = cavi.prepare_data(mf.ensemble_)
     held = cavi.prepare_data(mf.ensemble_.encode(te))
 
-    def exact(m, data, scale=1.0):
-        return float(bce_alpha.exact_log_marginal(m._alpha_t * scale, m._beta_t, data).sum())
+    def rows(m, data, scale=1.0):
+        return bce_alpha.exact_log_marginal(m._alpha_t * scale, m._beta_t, data).numpy()
 
-    assert exact(iw, train) > exact(mf, train) + 20.0
-    assert exact(iw, held) > exact(mf, held) + 5.0
+    def exact(m, data, scale=1.0):
+        return float(rows(m, data, scale).sum())
+
+    for data in (train, held):
+        d = rows(iw, data) - rows(mf, data)
+        assert d.sum() > 2 * d.std(ddof=1) * np.sqrt(d.size), (d.sum(), d.std(ddof=1))
     at = exact(iw, train)
     assert at > exact(iw, train, 0.5) - 2.0 and at > exact(iw, train, 2.0) - 2.0
     assert mf.alpha_.sum() > 3 * alpha.sum()  # the mean-field bias this option removes

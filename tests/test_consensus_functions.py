@@ -9,23 +9,27 @@ from consensuskit.consensus.eac import EAC
 from consensuskit.consensus.graph import CSPA, HBGF, HGPA, MCLA
 from consensuskit.consensus.kcc import KCC
 from consensuskit.consensus.qmi import QMI
+from consensuskit.models import mm, simulate
 
 
 def planted(rng, n_per=60, k=3, m=10, noise=0.15, missing=0.0):
-    """k planted groups; m base clusterings = permuted truth with random relabelling
-    noise; some columns split a group into two labels."""
+    """k planted groups; m base clusterings with k + 1 labels simulated from MM's spec
+    with z = truth and fixed label distributions: group h gets label perm_j(h) with prob
+    1 - noise, else a uniform one; every third column over-splits one group g between
+    perm_j(g) and the spare label perm_j(k)."""
     y = np.repeat(np.arange(k), n_per)
-    cols = []
+    params = {"pi": np.full(k, 1.0 / k), "z": y}
     for j in range(m):
         perm = rng.permutation(k + 1)
-        lab = perm[y]
+        theta = np.full((k, k + 1), noise / (k + 1))
+        theta[np.arange(k), perm[:k]] += 1 - noise
         if j % 3 == 0:  # over-split one group
             g = rng.integers(k)
-            lab = np.where((y == g) & (rng.random(y.size) < 0.5), perm[k], lab)
-        flip = rng.random(y.size) < noise
-        lab = np.where(flip, rng.integers(0, k + 1, y.size), lab)
-        cols.append(lab)
-    X = np.column_stack(cols)
+            theta[g, perm[g]] -= (1 - noise) / 2
+            theta[g, perm[k]] += (1 - noise) / 2
+        params[f"theta_{j}"] = theta
+    X, _ = simulate(mm, n_rows=y.size, n_labels=[k + 1] * m, n_clusters=k, params=params,
+                    seed=int(rng.integers(2**31)))
     if missing:
         drop = rng.random(X.shape) < missing
         drop[np.arange(X.shape[0]), rng.integers(0, m, X.shape[0])] = False

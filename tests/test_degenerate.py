@@ -14,19 +14,15 @@ import pytest
 from _factories import make_fast
 from sklearn.metrics import adjusted_rand_score
 
+from consensuskit.generate import noisy_copies
+
 MODELS = ["MM", "BCE", "NBCE", "PCC", "KCC"]
 GENERATIVE = {"MM", "BCE", "NBCE"}
 TRUTH = np.repeat([0, 1, 2], 4)  # 12 points, 3 groups
 
 
 def noisy_columns(m, rng, flip=0.1, truth=TRUTH):
-    cols = []
-    for _ in range(m):
-        lab = truth.copy()
-        f = rng.random(lab.size) < flip
-        lab[f] = rng.integers(0, 3, f.sum())
-        cols.append(lab)
-    return np.column_stack(cols)
+    return noisy_copies(truth, m, noise=flip, random_state=int(rng.integers(2**31)))
 
 
 def _identical():

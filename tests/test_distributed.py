@@ -33,6 +33,7 @@ from consensuskit.distributed import DistributedFitError, fit_distributed
 from consensuskit.distributed.comm import LocalComm, Message
 from consensuskit.distributed.common import EMConfig
 from consensuskit.distributed.row import fit_rows_exact
+from consensuskit.generate import noisy_copies
 from consensuskit.inference import bce_cavi as cavi
 
 K = 3
@@ -44,15 +45,8 @@ def planted(n=90, m=14, k=K, noise=0.15, missing=0.15, seed=0):
     """Labels of ``m`` noisy copies of a planted ``k``-partition, some missing."""
     rng = np.random.default_rng(seed)
     truth = rng.integers(0, k, size=n)
-    cols = []
-    for j in range(m):
-        kj = k + j % 3  # 3..5 labels per column
-        perm = rng.permutation(kj)
-        lab = perm[truth % kj]
-        flip = rng.random(n) < noise
-        lab[flip] = rng.integers(0, kj, size=flip.sum())
-        cols.append(lab)
-    X = np.column_stack(cols)
+    X = noisy_copies(truth, m, noise=noise, n_labels=k + np.arange(m) % 3,  # 3..5 labels
+                     random_state=seed)
     drop = rng.random(X.shape) < missing
     drop[np.arange(n), rng.integers(0, m, size=n)] = False
     X[drop] = -1

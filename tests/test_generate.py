@@ -5,6 +5,7 @@ import pytest
 
 from consensuskit import generate
 from consensuskit.ensemble import Ensemble
+from consensuskit.generate import noisy_copies
 
 
 @pytest.fixture(scope="module")
@@ -220,3 +221,29 @@ def test_drop_labels_impossible_and_bad_input():
         generate.drop_labels(np.zeros(3, dtype=int), 0.1)
     with pytest.raises(ValueError, match="not an integer"):
         generate.drop_labels(np.array([[0.5, 1.0]]), 0.1)
+
+
+def test_noisy_copies_copy_the_truth_with_the_given_noise():
+    """noise = 0: every column is the truth under an injective relabelling; noise = 0.3:
+    the fraction of labels that differ from the column's copy of the truth is
+    noise * (1 - 1/k_j) within 4 binomial SE; bad input is refused."""
+    truth = np.repeat(np.arange(3), 400)
+    X = noisy_copies(truth, 4, noise=0.0, n_labels=[3, 4, 5, 3], random_state=0)
+    assert X.shape == (1200, 4) and X.dtype == np.int64
+    for j in range(4):
+        pairs = np.unique(np.column_stack([truth, X[:, j]]), axis=0)
+        assert len(pairs) == 3 and len(np.unique(pairs[:, 1])) == 3
+    ks = np.array([3, 4, 5, 3, 6, 4])
+    X = noisy_copies(truth, 6, noise=0.3, n_labels=ks, random_state=1)
+    assert X.max(0).tolist() <= (ks - 1).tolist()
+    for j, k in enumerate(ks):
+        copy = np.array([np.bincount(X[truth == h, j]).argmax() for h in range(3)])[truth]
+        p = 0.3 * (1 - 1 / k)
+        assert abs(np.mean(X[:, j] != copy) - p) < 4 * np.sqrt(p * (1 - p) / truth.size)
+    assert np.array_equal(X, noisy_copies(truth, 6, noise=0.3, n_labels=ks, random_state=1))
+    with pytest.raises(ValueError, match="at least K"):
+        noisy_copies(truth, 2, noise=0.1, n_labels=2)
+    with pytest.raises(ValueError, match="noise"):
+        noisy_copies(truth, 2, noise=1.5)
+    with pytest.raises(ValueError, match="truth"):
+        noisy_copies(truth.astype(float), 2, noise=0.1)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from consensuskit import MM
+from consensuskit.generate import noisy_copies
 from consensuskit.heldout import heldout_perplexity, split_rows
 
 
@@ -20,9 +21,7 @@ def test_split_rows_is_seeded_disjoint_and_refuses_empty_parts():
 
 
 def _planted(rng, n, m=6, k=3, flip=0.3):
-    truth = rng.integers(0, k, n)
-    X = np.column_stack([np.where(rng.random(n) < flip, rng.integers(0, k, n), truth)
-                         for _ in range(m)])
+    X = noisy_copies(rng.integers(0, k, n), m, noise=flip, random_state=int(rng.integers(2**31)))
     X[rng.random(X.shape) < 0.1] = -1  # some missing labels
     X[X.max(1) < 0, 0] = 0
     return X

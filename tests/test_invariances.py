@@ -16,6 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import adjusted_rand_score
 
+from consensuskit.generate import noisy_copies
+
 N_CLUSTERS = 3
 
 
@@ -23,14 +25,9 @@ def planted_ensemble(seed=0, n_per=20, m=8, noise=0.05):
     """Rows in 3 planted groups; each base clustering = truth with a few flips, ids shuffled."""
     rng = np.random.default_rng(seed)
     truth = np.repeat(np.arange(N_CLUSTERS), n_per)
-    cols = []
-    for _ in range(m):
-        lab = truth.copy()
-        flip = rng.random(lab.size) < noise
-        lab[flip] = rng.integers(0, N_CLUSTERS, size=flip.sum())
-        ids = rng.permutation(10)[:N_CLUSTERS] * 7 + 3  # arbitrary, non-contiguous ids
-        cols.append(ids[lab])
-    return np.column_stack(cols), truth
+    X = noisy_copies(truth, m, noise=noise, random_state=seed)
+    ids = rng.permutation(10)[:N_CLUSTERS] * 7 + 3  # arbitrary, non-contiguous ids
+    return ids[X], truth
 
 
 X0, TRUTH = planted_ensemble()

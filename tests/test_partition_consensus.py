@@ -27,6 +27,7 @@ from consensuskit.consensus.partition import (
     project_to_simplex,
 )
 from consensuskit.consensus.voting import IPVC, IVC, MajorityVote
+from consensuskit.generate import noisy_copies
 
 DATA = Path(__file__).parent / "data" / "clue"
 ENSEMBLES = ["ckme", "iris", "wine", "glass"]
@@ -104,13 +105,9 @@ def test_align_labels_hungarian_and_leftovers():
 
 def _noisy_ensemble(rng, k=3, n_per=40, m=15, noise=0.25, extra=2):
     y = np.repeat(np.arange(k), n_per)
-    cols = []
-    for _ in range(m):
-        kj = int(rng.integers(k, k + extra + 1))
-        lab = rng.permutation(kj)[y]
-        lab = np.where(rng.random(y.size) < noise, rng.integers(0, kj, y.size), lab)
-        cols.append(lab)
-    return np.column_stack(cols), y
+    X = noisy_copies(y, m, noise=noise, n_labels=rng.integers(k, k + extra + 1, size=m),
+                     random_state=int(rng.integers(2**31)))
+    return X, y
 
 
 @pytest.mark.parametrize("cls", [MajorityVote, IVC, IPVC])

@@ -36,6 +36,7 @@ from consensuskit.consensus.resampling import (
     hierarchical_labels,
     proportion_ambiguous,
 )
+from consensuskit.generate import noisy_copies
 
 DATA = Path(__file__).parent / "data" / "ccp"
 SETS = ["iris", "wine", "glass"]
@@ -162,13 +163,9 @@ def test_cdf_statistics_by_hand():
 
 def _planted_labels(rng, k=4, n_per=40, m=20, noise=0.1):
     y = np.repeat(np.arange(k), n_per)
-    cols = []
-    for _ in range(m):
-        kj = int(rng.integers(k, k + 3))
-        lab = rng.permutation(kj)[y]
-        lab = np.where(rng.random(y.size) < noise, rng.integers(0, kj, y.size), lab)
-        cols.append(lab)
-    return np.column_stack(cols), y
+    X = noisy_copies(y, m, noise=noise, n_labels=rng.integers(k, k + 3, size=m),
+                     random_state=int(rng.integers(2**31)))
+    return X, y
 
 
 def test_label_ensemble_chooses_planted_k(rng):

@@ -13,18 +13,11 @@ import pytest
 from _factories import ESTIMATORS, make_fast
 
 from consensuskit import persistence
+from consensuskit.generate import noisy_copies
 
 
 def planted(seed=0, n_per=10, m=6, noise=0.1):
-    rng = np.random.default_rng(seed)
-    truth = np.repeat(np.arange(3), n_per)
-    cols = []
-    for _ in range(m):
-        lab = truth.copy()
-        f = rng.random(lab.size) < noise
-        lab[f] = rng.integers(0, 3, f.sum())
-        cols.append(lab)
-    return np.column_stack(cols)
+    return noisy_copies(np.repeat(np.arange(3), n_per), m, noise=noise, random_state=seed)
 
 
 X = planted()

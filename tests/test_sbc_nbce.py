@@ -1,12 +1,12 @@
 """Simulation-based calibration (SBC, Talts et al. 2018) of NBCE's collapsed Gibbs sampler.
 
-Each replication draws hyper-parameters (or takes them fixed), a partition z and a
-label matrix x from the model, runs the sampler on x, and ranks a statistic of the
-truth among the same statistic of thinned posterior draws.  For a correct sampler
-every rank is uniform on 0..L.  Statistics of z are evaluated at the TRUE
-hyper-parameters (a constant of the replication, the same for truth and draws), so
-a sampler run with wrong hyper-parameters is judged on what it gets wrong, not on a
-different function:
+Each replication draws hyper-parameters (or takes them fixed), a partition z and a label
+matrix x from the model (its Pyro spec, :func:`consensuskit.models.simulate`), runs the
+sampler on x, and ranks a statistic of the truth among the same statistic of thinned
+posterior draws. For a correct sampler every rank is uniform on 0..L. Statistics of z
+are evaluated at the TRUE hyper-parameters (a constant of the replication, the same for
+truth and draws), so a sampler run with wrong hyper-parameters is judged on what it gets
+wrong, not on a different function:
 
 * ``log_lik``   log p(x | z, beta_true)    (sensitive to beta)
 * ``log_prior`` log p(z | alpha0_true)     (sensitive to alpha0)
@@ -27,6 +27,8 @@ import pytest
 from scipy import stats
 
 from consensuskit.inference.nbce_gibbs import gibbs_nbce
+from consensuskit.models import nbce
+from consensuskit.models import simulate as simulate_spec
 from consensuskit.models.nbce import log_likelihood_collapsed
 from consensuskit.models.nbce_priors import get_prior
 
@@ -49,20 +51,24 @@ CASES = {
 
 
 def simulate(rng, prior, N, n_labels, T, a0, b, missing=0.0):
-    """One draw (z (N,), global label index (N, M) with -1 missing) from NBCE."""
-    pi = get_prior(prior).simulate(rng, T, a0)
-    z = rng.choice(T, size=N, p=pi)
-    offsets = np.concatenate([[0], np.cumsum(n_labels)])
-    idx = np.empty((N, len(n_labels)), dtype=np.int64)
-    for j, kj in enumerate(n_labels):
-        theta = rng.dirichlet(np.full(kj, b), size=T)
-        u = rng.random(N)[:, None]
-        idx[:, j] = offsets[j] + (u > np.cumsum(theta[z], axis=1)).sum(1).clip(max=kj - 1)
+    """One draw (z (N,), global label index (N, M) with -1 missing) from NBCE's spec.
+
+    Everything comes from ``nbce.model`` except FSD's ``pi``, drawn by the prior's own
+    log-scale sampler (``get_prior("fsd").simulate``) and held fixed: a Dirichlet(a0/T)
+    draw by gammas underflows for small a0/T (torch clamps the gammas at the smallest
+    float, so a draw with all of them underflowed would come out uniform), and SBC
+    needs exact prior draws.
+    """
+    params = {"pi": get_prior("fsd").simulate(rng, T, a0)} if prior == "fsd" else {}
+    X, latents = simulate_spec(nbce, n_rows=N, n_labels=n_labels, n_clusters=T,
+                               params=params, prior=prior, alpha0=a0, beta=b,
+                               seed=int(rng.integers(2**31 - 1)))
+    idx = X + np.concatenate([[0], np.cumsum(n_labels)[:-1]])
     if missing:
         drop = rng.random(idx.shape) < missing
         drop[np.arange(N), rng.integers(0, len(n_labels), size=N)] = False
         idx[drop] = -1
-    return z, idx
+    return latents["z"], idx
 
 
 def _stat_names(hyper):

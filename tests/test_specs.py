@@ -1,5 +1,21 @@
 """Every spec simulates (labels=None), and refitting its own simulated data recovers its
-parameters; the generic estimator and comparison work on them."""
+parameters; the generic estimator and comparison work on them.
+
+Recovery tolerances come from the estimate's own covariance, never from a constant.  The
+covariance is the inverse information of the *spec's* observed-data likelihood at the true
+parameters, in free coordinates (each simplex without its last entry; BCE's alpha on the
+log scale): MM's and NBCE's by autograd through Pyro's enumerated ``TraceEnum_ELBO`` of
+``mm.model`` (NBCE's likelihood on its occupied components is that mixture); BCE's by the
+outer product of the per-row scores of its exact marginal
+(:func:`consensuskit.inference.bce_alpha.exact_log_marginal`, central differences).  A fit
+passes when the Mahalanobis distance ``d' Cov^-1 d`` of its error ``d`` is below the 0.999
+quantile of chi-square with dim(d) degrees of freedom AND every coordinate is within
+``z* = Phi^-1(1 - 0.0005 / dim(d))`` standard errors (family-wise 0.1%): the joint test
+catches a spread-out bias, the per-coordinate one a bias concentrated on one entry.
+"""
+
+import functools
+import warnings
 
 import numpy as np
 import pyro
@@ -8,23 +24,16 @@ import torch
 from pyro import poutine
 from pyro.infer import Predictive
 from scipy.optimize import linear_sum_assignment
+from scipy.stats import chi2, norm
 
 import consensuskit as ck
-from consensuskit.models import bce, mm, nbce
+from consensuskit.ensemble import Ensemble
+from consensuskit.inference import bce_cavi
+from consensuskit.inference.bce_alpha import exact_log_marginal
+from consensuskit.models import bce, mm, nbce, simulate
 
 N_LABELS = [3, 4, 3, 2, 3, 4]
-
-
-def _simulate(model, truth, n_rows, seed=0, **kw):
-    pyro.set_rng_seed(seed)
-    X = poutine.condition(model, data=truth)(None, n_labels=N_LABELS, n_rows=n_rows, **kw)
-    return X.numpy()
-
-
-def _match(true_rows, est_rows):
-    """Permutation of est's K rows that best matches true's (both (K, d))."""
-    cost = ((true_rows[:, None, :] - est_rows[None, :, :]) ** 2).sum(-1)
-    return linear_sum_assignment(cost)[1]
+PI = np.array([0.5, 0.3, 0.2])
 
 
 @pytest.mark.parametrize("spec, kw", [
@@ -36,7 +45,6 @@ def _match(true_rows, est_rows):
 def test_predictive_simulates_data_and_parameters(spec, kw):
     """``Predictive`` on a spec with no labels draws an ensemble and its parameters."""
     draws = Predictive(spec, num_samples=3)(None, n_labels=N_LABELS, n_rows=40, **kw)
-    X = draws["_RETURN"] if "_RETURN" in draws else None
     tr = poutine.trace(spec).get_trace(None, n_labels=N_LABELS, n_rows=40, **kw)
     X = tr.nodes["_RETURN"]["value"]
     assert X.shape == (40, len(N_LABELS))
@@ -46,73 +54,233 @@ def test_predictive_simulates_data_and_parameters(spec, kw):
     assert len(draws) >= 2  # parameters and labels
 
 
-def test_mm_refit_recovers_parameters():
-    """EM on 3000 rows simulated from MM's spec: every theta_jk(r) within 4 binomial SE."""
-    rs = np.random.default_rng(0)
-    pi = np.array([0.5, 0.3, 0.2])
-    truth = {"pi": torch.tensor(pi)}
-    truth.update({f"theta_{j}": torch.tensor(rs.dirichlet(np.full(k, 0.4), size=3))
-                  for j, k in enumerate(N_LABELS)})
-    X = _simulate(mm.model, truth, 3000, n_clusters=3)
-    m = ck.MM(3, n_init=3, random_state=0).fit(X)
-    true_cat = np.concatenate([truth[f"theta_{j}"].numpy() for j in range(len(N_LABELS))], 1)
-    est_cat = np.concatenate(m.theta_, 1)
-    perm = _match(true_cat, est_cat)
-    se = np.sqrt(true_cat * (1 - true_cat) / (3000 * pi[:, None])) + 1e-3
-    assert np.all(np.abs(est_cat[perm] - true_cat) < 4 * se + 0.02)
-    assert np.allclose(m.weights_[perm], pi, atol=4 * np.sqrt(pi * (1 - pi) / 3000) + 0.02)
+def test_simulate_returns_labels_and_latents_and_keeps_the_global_rng():
+    """``simulate``: (N, M) int labels in range, the latents with their shapes, given
+    parameters returned as given, the same draw for the same seed, and the global torch
+    stream untouched."""
+    state = torch.get_rng_state()
+    beta = [np.eye(k)[:3] if k >= 3 else np.eye(2)[[0, 1, 0]] for k in N_LABELS]
+    params = {"alpha": [0.3, 0.3, 0.3], **{f"beta_{j}": b for j, b in enumerate(beta)}}
+    X, lat = simulate(bce, n_rows=50, n_labels=N_LABELS, n_clusters=3, params=params, seed=4)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert X.dtype == np.int64 and X.shape == (50, 6)
+    assert set(lat) == {"theta", "z", *params}
+    assert lat["theta"].shape == (50, 3) and lat["z"].shape == (6, 50)
+    np.testing.assert_array_equal(lat["beta_1"], beta[1])
+    # beta one-hot: every label is the image of its column's z
+    for j, b in enumerate(beta):
+        np.testing.assert_array_equal(X[:, j], b.argmax(1)[lat["z"][j]])
+    X2, _ = simulate(bce.model, n_rows=50, n_labels=N_LABELS, n_clusters=3, params=params,
+                     seed=4)
+    np.testing.assert_array_equal(X, X2)
+    X3, _ = simulate(bce, n_rows=50, n_labels=N_LABELS, n_clusters=3, params=params, seed=5)
+    assert not np.array_equal(X, X3)
+    with pytest.raises(ValueError, match="labels"):
+        simulate(lambda labels=None, **kw: None, n_rows=5, n_labels=[2], n_clusters=2)
 
 
-def _bce_planted():
+# ------------------------------------------------------------------ recovery machinery
+def _label_dists(rs, K, floor, conc):
+    """True label distributions: ``(1 - floor) Dirichlet(conc) + floor / k_j``, so no
+    probability is so small that its estimate is a handful of counts."""
+    return [(1 - floor) * rs.dirichlet(np.full(k, conc), size=K) + floor / k
+            for k in N_LABELS]
+
+
+def _free(blocks):
+    """Free coordinates of simplex rows: each row without its last entry."""
+    return np.concatenate([np.asarray(b)[:, :-1].ravel() for b in blocks])
+
+
+def _mixture_information(X, pi, thetas):
+    """Observed information of MM's likelihood at (pi, thetas), free coordinates.
+
+    ``-log p(X | pi, theta)`` is Pyro's ``TraceEnum_ELBO`` loss of ``mm.model`` conditioned
+    on them (z summed out; the flat Dirichlet(1) priors add a constant)."""
+    blocks = [np.asarray(pi)[None, :]] + [np.asarray(t) for t in thetas]
+    shapes = [b.shape for b in blocks]
+    codes = torch.as_tensor(X)
+    elbo = pyro.infer.TraceEnum_ELBO(max_plate_nesting=mm.MAX_PLATE_NESTING)
+
+    def nll(f):
+        full, o = [], 0
+        for r, c in shapes:
+            part = f[o:o + r * (c - 1)].reshape(r, c - 1)
+            o += r * (c - 1)
+            full.append(torch.cat([part, 1 - part.sum(1, keepdim=True)], 1))
+        data = {"pi": full[0][0], **{f"theta_{j}": t for j, t in enumerate(full[1:])}}
+        return elbo.differentiable_loss(poutine.condition(mm.model, data=data),
+                                        lambda *a, **k: None, codes,
+                                        n_labels=[c for _, c in shapes[1:]],
+                                        n_clusters=len(pi))
+
+    return torch.autograd.functional.hessian(nll, torch.tensor(_free(blocks))).numpy()
+
+
+def _bce_information(X, alpha, betas):
+    """Outer product of BCE's per-row scores at (alpha, betas), coordinates
+    (log alpha, free beta), from the exact marginal by central differences."""
+    data = bce_cavi.prepare_data(Ensemble.from_labels(X))
+    K = len(alpha)
+    f0 = np.concatenate([np.log(alpha), _free(betas)])
+
+    def rows(f):
+        bs, o = [], K
+        for b in betas:
+            r, c = b.shape
+            part = f[o:o + r * (c - 1)].reshape(r, c - 1)
+            o += r * (c - 1)
+            bs.append(np.concatenate([part, 1 - part.sum(1, keepdims=True)], 1))
+        return exact_log_marginal(torch.tensor(np.exp(f[:K])), bce_cavi.pack_beta(bs),
+                                  data).numpy()
+
+    h = 1e-6
+    S = np.column_stack([(rows(f0 + h * e) - rows(f0 - h * e)) / (2 * h)
+                         for e in np.eye(f0.size)])
+    return S.T @ S
+
+
+def _assert_within_se(d, cov, what):
+    """``d`` (estimate - truth) against its covariance: joint chi-square and per-entry z."""
+    q = float(d @ np.linalg.solve(cov, d))
+    z = np.abs(d) / np.sqrt(np.diag(cov))
+    q_max, z_max = chi2.ppf(0.999, d.size), norm.isf(0.0005 / d.size)
+    assert q < q_max and z.max() < z_max, (
+        f"{what}: Mahalanobis {q:.1f} (limit {q_max:.1f}, df {d.size}), "
+        f"max |z| {z.max():.2f} (limit {z_max:.2f})")
+    return q, z.max()
+
+
+def _match(true_rows, est_rows):
+    """Permutation of est's K rows that best matches true's (both (K, d))."""
+    cost = ((true_rows[:, None, :] - est_rows[None, :, :]) ** 2).sum(-1)
+    return linear_sum_assignment(cost)[1]
+
+
+# ------------------------------------------------------------------ MM
+def test_mm_em_recovers_its_parameters():
+    """EM on 3000 rows simulated from MM's spec: (pi, theta) within their SEs (measured:
+    Mahalanobis 27.2 against 74.7 with 41 df, max |z| 1.72 against 4.28)."""
     rs = np.random.default_rng(1)
-    truth = {"alpha": torch.full((3,), 0.3, dtype=torch.float64)}
-    truth.update({f"beta_{j}": torch.tensor(rs.dirichlet(np.full(k, 0.3), size=3))
-                  for j, k in enumerate(N_LABELS)})
-    X = _simulate(bce.model, truth, 3000, n_clusters=3)
-    true_cat = np.concatenate([truth[f"beta_{j}"].numpy() for j in range(len(N_LABELS))], 1)
-    return X, true_cat
+    thetas = _label_dists(rs, 3, floor=0.15, conc=0.5)
+    params = {"pi": PI, **{f"theta_{j}": t for j, t in enumerate(thetas)}}
+    X, _ = simulate(mm, n_rows=3000, n_labels=N_LABELS, n_clusters=3, params=params, seed=1)
+    m = ck.MM(3, n_init=3, random_state=0).fit(X)
+    perm = _match(np.concatenate(thetas, 1), np.concatenate(m.theta_, 1))
+    est = [m.weights_[perm][None]] + [t[perm] for t in m.theta_]
+    d = _free(est) - _free([PI[None]] + thetas)
+    cov = np.linalg.inv(_mixture_information(X, PI, thetas))
+    _assert_within_se(d, cov, "MM")
+    # power: the same test rejects the truth of another draw of theta
+    other = _label_dists(np.random.default_rng(2), 3, floor=0.15, conc=0.5)
+    with pytest.raises(AssertionError, match="Mahalanobis"):
+        _assert_within_se(_free(est) - _free([PI[None]] + other), cov, "MM")
 
 
-def _beta_error(est, true_cat):
-    est_cat = np.concatenate(est.beta_, 1)
-    return np.abs(est_cat[_match(true_cat, est_cat)] - true_cat)
+# ------------------------------------------------------------------ NBCE
+def _nbce_estimates(m, X):
+    """Weights and label distributions of the fitted NBCE's 3 largest clusters."""
+    sizes = np.bincount(m.labels_, minlength=m.n_clusters_)
+    top = np.argsort(sizes)[::-1][:3]
+    if m.inference == "gibbs":  # posterior means of pi and theta given the Dahl partition
+        w = sizes[top] / sizes[top].sum()
+        thetas = [np.stack([(np.bincount(X[m.labels_ == h, j], minlength=k) + m.beta_)
+                            / (sizes[h] + k * m.beta_) for h in top])
+                  for j, k in enumerate(N_LABELS)]
+        return w, thetas, sizes[top].sum()
+    comp = m._components[top]
+    w = np.exp(m._log_pi[comp])
+    off = np.r_[0, np.cumsum(N_LABELS)]
+    lt = np.exp(m._log_theta[comp])
+    return w / w.sum(), [lt[:, off[j]:off[j + 1]] for j in range(len(N_LABELS))], \
+        sizes[top].sum()
 
 
-def test_bce_svi_refit_recovers_beta():
-    """SVI of the spec (EB alpha, beta; q(theta) Dirichlet; z enumerated) on 3000 rows
-    simulated from BCE's spec (alpha = 0.3 each): mean |beta error| < 0.08 (measured
-    0.061; CAVI's is 0.125, see the xfail below)."""
-    X, true_cat = _bce_planted()
-    b = ck.BCE(3, inference="svi", max_iter=100, n_init=1, random_state=0).fit(X)
-    assert _beta_error(b, true_cat).mean() < 0.08
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("prior, inference", [("fsd", "vb"), ("tsb", "gibbs")])
+def test_nbce_recovers_its_parameters(prior, inference):
+    """NBCE (truncation 8) on 2000 rows simulated from its spec with 3 occupied components
+    (FSD: pi fixed; TSB: sticks v = (0.5, 0.6, 1, ...)): the 3 largest clusters hold
+    >= 99% of the rows and their weights and label distributions are within their SEs
+    (measured: FSD-VB Mahalanobis 35.6, max |z| 1.82; TSB-Gibbs 46.5, max |z| 2.55;
+    limits 74.7 and 4.28)."""
+    T = 8
+    rs = np.random.default_rng(1)
+    thetas = _label_dists(rs, T, floor=0.05, conc=0.3)
+    weights = ({"v": np.r_[0.5, 0.6, 1.0, np.full(T - 4, 0.5)]} if prior == "tsb"
+               else {"pi": np.r_[PI, np.zeros(T - 3)]})
+    params = {**weights, **{f"theta_{j}": t for j, t in enumerate(thetas)}}
+    X, lat = simulate(nbce, n_rows=2000, n_labels=N_LABELS, n_clusters=T, params=params,
+                      seed=1, prior=prior)
+    assert set(np.unique(lat["z"])) == {0, 1, 2}
+    m = ck.NBCE(truncation=T, prior=prior, inference=inference, n_samples=40, burn_in=40,
+                n_chains=1, n_jobs=1, random_state=0).fit(X)
+    w, est, top_rows = _nbce_estimates(m, X)
+    assert top_rows >= 0.99 * len(X)
+    true = [t[:3] for t in thetas]
+    perm = _match(np.concatenate(true, 1), np.concatenate(est, 1))
+    d = _free([w[perm][None]] + [t[perm] for t in est]) - _free([PI[None]] + true)
+    _assert_within_se(d, np.linalg.inv(_mixture_information(X, PI, true)), f"NBCE-{prior}")
+
+
+# ------------------------------------------------------------------ BCE
+@functools.lru_cache(maxsize=2)
+def _bce_planted(n_rows):
+    """Rows from BCE's spec (alpha = 0.3 each, M = 6 small-k columns) and the covariance
+    of (log alpha, free beta) at the truth."""
+    rs = np.random.default_rng(0)
+    alpha = np.full(3, 0.3)
+    betas = _label_dists(rs, 3, floor=0.15, conc=0.5)
+    params = {"alpha": alpha, **{f"beta_{j}": b for j, b in enumerate(betas)}}
+    X, _ = simulate(bce, n_rows=n_rows, n_labels=N_LABELS, n_clusters=3, params=params,
+                    seed=0)
+    cov = np.linalg.inv(_bce_information(X, alpha, betas))
+    return X, alpha, betas, cov
+
+
+def _bce_error(fit, alpha, betas):
+    perm = _match(np.concatenate(betas, 1), np.concatenate(fit.beta_, 1))
+    est = np.concatenate([np.log(fit.alpha_[perm]), _free([b[perm] for b in fit.beta_])])
+    return est - np.concatenate([np.log(alpha), _free(betas)])
+
+
+def _fit_bce(X, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return ck.BCE(3, random_state=0, **kw).fit(X)
+
+
+def test_bce_iw_recovers_alpha_and_beta():
+    """CAVI with the importance-weighted alpha (issue [3 of 5]) on 1200 rows of BCE's own
+    data: (log alpha, beta) within their SEs (measured: Mahalanobis 34.2 against 76.1
+    with 42 df, max |z| 1.66; alpha (0.17, 0.16, 0.20) against 0.3 is 0.4 SE on the log
+    scale).  The same tolerance rejects the mean-field fit (power)."""
+    X, alpha, betas, cov = _bce_planted(1200)
+    _assert_within_se(_bce_error(_fit_bce(X, n_init=1, alpha_estimate="iw"), alpha, betas),
+                      cov, "BCE-iw")
+    with pytest.raises(AssertionError, match="Mahalanobis"):
+        _assert_within_se(_bce_error(_fit_bce(X, n_init=1), alpha, betas), cov, "BCE-mf")
+
+
+MEANFIELD_BIAS = pytest.mark.xfail(strict=True, reason=(
+    "mean-field CAVI biases alpha upward and beta with it on BCE's own data: alpha "
+    "(21.8, 22.1, 16.6) against 0.3, mean |beta error| 0.125, Mahalanobis 1359 against "
+    "76.1, beta max |z| 9.2"))
+SVI_BIAS = pytest.mark.xfail(strict=True, reason=(
+    "SVI (q(theta_i) Dirichlet, z enumerated, alpha and beta point estimates) keeps a "
+    "mean-field bias: alpha (1.01, 0.98, 0.83) against 0.3, Mahalanobis 118 against 76.1, "
+    "beta max |z| 3.3"))
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="CAVI's mean-field bound biases alpha upward on "
-                   "BCE's own data (fitted sum(alpha) ~ 10.7 against 0.9), issue [3 of 5]")
-def test_bce_cavi_refit_recovers_beta():
-    X, true_cat = _bce_planted()
-    b = ck.BCE(3, n_init=5, random_state=0).fit(X)
-    assert _beta_error(b, true_cat).mean() < 0.08
-
-
-def test_nbce_refit_recovers_clusters_and_theta():
-    """NBCE (VB, FSD, truncation 8) on 2000 rows simulated from its spec with 3 occupied
-    components: its 3 largest clusters hold >= 97% of the rows, with the true label
-    distributions within 0.05."""
-    rs = np.random.default_rng(2)
-    T = 8
-    pi = np.r_[0.5, 0.3, 0.2, np.zeros(T - 3)]
-    truth = {"pi": torch.tensor(pi)}
-    truth.update({f"theta_{j}": torch.tensor(rs.dirichlet(np.full(k, 0.3), size=T))
-                  for j, k in enumerate(N_LABELS)})
-    X = _simulate(nbce.model, truth, 2000, n_clusters=T, prior="fsd")
-    m = ck.NBCE(truncation=T, prior="fsd", inference="vb", random_state=0).fit(X)
-    sizes = np.bincount(m.labels_, minlength=m.n_clusters_)
-    top = np.argsort(sizes)[::-1][:3]
-    assert sizes[top].sum() >= 0.97 * len(X)
-    true_cat = np.concatenate([truth[f"theta_{j}"].numpy()[:3] for j in range(len(N_LABELS))],
-                              1)
-    est = np.exp(m._log_theta[m._components[top]])
-    perm = _match(true_cat, est)
-    assert np.abs(est[perm] - true_cat).max() < 0.05
+@pytest.mark.parametrize("options", [
+    dict(n_init=3, alpha_estimate="iw"),
+    pytest.param(dict(n_init=3), marks=MEANFIELD_BIAS, id="meanfield"),
+    pytest.param(dict(inference="svi", max_iter=300, n_init=1), marks=SVI_BIAS, id="svi"),
+], ids=["iw", "meanfield", "svi"])
+def test_bce_recovers_alpha_and_beta_3000_rows(options):
+    """3000 rows of BCE's own data; "iw" with 3 restarts recovers (measured: Mahalanobis
+    41.7 against 76.1, max |z| 1.6; alpha 0.16 against 0.3 is 0.8 SE on the log scale),
+    mean-field CAVI and SVI do not (xfail reasons).  Minutes, hence slow."""
+    X, alpha, betas, cov = _bce_planted(3000)
+    _assert_within_se(_bce_error(_fit_bce(X, **options), alpha, betas), cov, "BCE")

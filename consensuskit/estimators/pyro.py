@@ -13,6 +13,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import ConsensusEstimator, GenerativeMixin, check_n_clusters, check_positive_int
 from ..ensemble import Ensemble
 from ..inference import pointwise
+from ..models._convention import float64_default
 
 __all__ = ["PyroConsensus", "default_guide"]
 
@@ -30,17 +31,6 @@ def default_guide(model):
     from pyro.infer.autoguide import AutoNormal, init_to_sample
 
     return AutoNormal(poutine.block(model, hide_fn=_hide_enumerated), init_loc_fn=init_to_sample)
-
-
-class _Float64:
-    """Run a block with torch's default dtype float64 (restored afterwards)."""
-
-    def __enter__(self):
-        self._old = torch.get_default_dtype()
-        torch.set_default_dtype(torch.float64)
-
-    def __exit__(self, *exc):
-        torch.set_default_dtype(self._old)
 
 
 def _align(reference, m):
@@ -130,7 +120,7 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
                     **(self.model_kwargs or {}))
 
     def _fit(self, ens: Ensemble):
-        with _Float64():
+        with float64_default():
             return self._fit64(ens)
 
     def _fit64(self, ens: Ensemble):
@@ -233,7 +223,7 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         draws, _ = self._thinned()
         rs = check_random_state(self.random_state)
         state = getattr(self, "_param_state", None)
-        with _Float64(), pyro.get_param_store().scope(state):
+        with float64_default(), pyro.get_param_store().scope(state):
             return pointwise.score_rows_draws(
                 self.model, labels, draws, model_kwargs=self._kwargs(self.ensemble_),
                 roles=self.roles_, num_particles=self.n_perplexity_samples,

@@ -35,3 +35,7 @@ subsample=None, **hyper_parameters_and_parameters)``
 ``gbce`` (labels plus features) and ``pcc`` (a co-association model) keep their own
 signatures; GBCE's label part is BCE's.
 """
+
+from .simulate import simulate  # noqa: E402
+
+__all__ = ["simulate"]

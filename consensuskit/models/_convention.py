@@ -8,7 +8,7 @@ import numpy as np
 import pyro
 import torch
 
-__all__ = ["check_labels", "rows_plate", "as_labels"]
+__all__ = ["check_labels", "rows_plate", "as_labels", "float64_default"]
 
 
 def as_labels(labels, device=None):
@@ -62,3 +62,15 @@ def rows_plate(labels, n_rows=None, subsample_size=None, subsample=None, device=
         else:
             raise ValueError(f"labels has {N_data} rows, neither the plate size {size} nor "
                              f"the subsample size {ind.numel()}")
+
+
+@contextmanager
+def float64_default():
+    """Run a block with torch's default dtype float64 (restored afterwards), so that specs
+    whose precision follows the default dtype (NBCE, BCE's sampled alpha) work in float64."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)

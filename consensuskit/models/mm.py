@@ -216,16 +216,17 @@ def log_joint(codes, pi, theta, **model_kwargs):
 def sample(pi, theta, n_samples, *, generator_seed=None, **model_kwargs):
     """Draw ``n_samples`` rows from the model with ``pi`` and ``theta`` fixed.
 
-    Returns ``(z, x)``: LongTensors of shape (N,) and (N, M).
+    MM's shorthand for :func:`consensuskit.models.simulate` (``generator_seed`` seeds a
+    private torch stream).  Returns ``(z, x)``: LongTensors of shape (N,) and (N, M).
     """
+    from .simulate import simulate
 
-    if generator_seed is not None:
-        pyro.set_rng_seed(generator_seed)
     pi = torch.as_tensor(pi)
     theta = [torch.as_tensor(t) for t in theta]
-    data = {"pi": pi, **{f"theta_{j}": t for j, t in enumerate(theta)}}
-    kw = dict(n_labels=[t.shape[1] for t in theta], n_clusters=pi.shape[0], dtype=pi.dtype)
+    kw = dict(dtype=pi.dtype)
     kw.update(model_kwargs)
-    tr = poutine.trace(poutine.condition(model, data=data)).get_trace(
-        None, n_rows=n_samples, **kw)
-    return tr.nodes["z"]["value"], tr.nodes["_RETURN"]["value"]
+    x, latents = simulate(model, n_rows=n_samples, n_labels=[t.shape[1] for t in theta],
+                          n_clusters=pi.shape[0], seed=generator_seed,
+                          params={"pi": pi, **{f"theta_{j}": t for j, t in enumerate(theta)}},
+                          **kw)
+    return torch.as_tensor(latents["z"]), torch.as_tensor(x)
