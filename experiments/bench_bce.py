@@ -28,7 +28,10 @@ Sections (``--only`` picks some):
 ``scaling``
     CPU seconds per iteration of BCE (EM), MM (EM) and NBCE (a Gibbs sweep: with the
     default split-merge schedule, 20 proposals per sweep up to 1e4 rows then 2e5/N,
-    and with 2 per sweep) at N = 1e4, 1e5, 1e6 and the log-log slope.
+    and with 2 per sweep) at N = 1e4, 1e5, 1e6 and the log-log slope: a fit of
+    ``--scaling-iters`` iterations minus a fit of one, divided by the difference in
+    iterations, median over at least ``--repeats`` back-to-back pairs and
+    ``--scaling-seconds`` of CPU.
 
 LDA is the natural peer: BCE with K clusters is LDA on the "documents" formed by
 each row's one-hot labels, except that BCE keeps one label distribution per base
@@ -43,6 +46,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gc
 import subprocess
 import sys
 import time
@@ -303,8 +307,10 @@ def bench_defaults(a):
 def bench_scaling(a):
     from consensuskit import BCE, MM, NBCE
 
-    print("\n[scaling] CPU s per iteration vs N (M=20, k_j=5), 1 thread; log-log slope")
-    its = 3
+    its = a.scaling_iters
+    print(f"\n[scaling] CPU s per iteration vs N (M=20, k_j=5), 1 thread; log-log slope\n"
+          f"  per iteration = (fit of {its} iterations - fit of 1) / {its - 1}, the two fits "
+          f"back to back, median over >= {a.repeats} pairs and >= {a.scaling_seconds} s CPU")
     models = {
         "BCE (EM it.)": lambda: BCE(4, max_iter=its, tol=0, n_init=1, init="random",
                                      random_state=0),
@@ -326,15 +332,37 @@ def bench_scaling(a):
     for N in sizes:
         ens = Ensemble.from_labels(synthetic(N))
         for name, make in models.items():
-            # a fit of `its` iterations minus a fit of one: per-iteration cost without setup
-            one = _with_iters(make, 1)
-            (c_full, _), (c_one, _) = medians([lambda m=make, e=ens: m().fit(e),
-                                               lambda o=one, e=ens: o().fit(e)], a.repeats)
-            table[name].append(max(c_full - c_one, 1e-9) / (its - 1))
+            t, pairs = _per_iteration(make, ens, its, a.repeats, a.scaling_seconds)
+            table[name].append(t)
+            print(f"    {name:<14} N={N:.0e}: {t:.5f} s CPU per iteration "
+                  f"(median of {pairs} pairs)", flush=True)
     print(f"  {'model':<14}" + "".join(f"{f'N={n:.0e}':>12}" for n in sizes) + f"{'slope':>8}")
     for name, ts in table.items():
         slope = np.polyfit(np.log(sizes), np.log(ts), 1)[0]
-        print(f"  {name:<14}" + "".join(f"{t:>12.4f}" for t in ts) + f"{slope:>8.2f}")
+        print(f"  {name:<14}" + "".join(f"{t:>12.5f}" for t in ts) + f"{slope:>8.2f}")
+
+
+def _per_iteration(make, ens, its, repeats, min_seconds):
+    """CPU seconds per iteration: a fit of ``its`` iterations minus a fit of one.
+
+    The difference cancels the per-fit setup (layout, initialisation, result).  The two
+    fits run back to back, after a garbage collection, and the median is over the
+    per-pair differences, so a burst of load on the shared machine spoils one pair
+    rather than biasing one of two medians; pairs repeat until there are ``repeats`` of
+    them and they took ``min_seconds`` of CPU (many pairs at small N, where one fit
+    lasts milliseconds).
+    """
+    one = _with_iters(make, 1)
+    diffs, spent = [], 0.0
+    while len(diffs) < repeats or spent < min_seconds:
+        torch.set_num_threads(1)  # an NBCE fit leaves torch on numba's thread count
+        gc.collect()
+        c_full = timed(lambda: make().fit(ens))[0]
+        gc.collect()
+        c_one = timed(lambda: one().fit(ens))[0]
+        diffs.append(c_full - c_one)
+        spent += c_full + c_one
+    return max(float(np.median(diffs)), 1e-9) / (its - 1), len(diffs)
 
 
 def _with_iters(make, n):
@@ -361,6 +389,10 @@ def main(argv=None):
                    default=[10_000, 100_000, 1_000_000])
     p.add_argument("--scaling-models", nargs="+", default=["BCE", "MM", "NBCE"],
                    choices=["BCE", "MM", "NBCE"], help="rows of [scaling]")
+    p.add_argument("--scaling-iters", type=int, default=6,
+                   help="iterations of the longer fit in [scaling] (the shorter has one)")
+    p.add_argument("--scaling-seconds", type=float, default=2.0,
+                   help="least CPU seconds of fit pairs per model and N in [scaling]")
     p.add_argument("--baseline-rev", default="fe4faf2",
                    help="git revision holding the previous E-step kernel")
     a = p.parse_args(argv)

@@ -180,6 +180,15 @@ def test_e_and_m_steps_against_numpy(rng):
         np.testing.assert_allclose(
             new_log_theta[:, off[j] : off[j + 1]].exp().numpy(), blk / blk.sum(1, keepdims=True)
         )
+    # the fused CPU path: joint counts from the same pass, M-step from them
+    resp_f, ll_f, counts = mm_em.e_step_counts(layout, log_pi, log_theta)
+    np.testing.assert_allclose(resp_f.numpy(), np.exp(L - lse), rtol=0, atol=1e-12)
+    assert abs(ll_f - lse.sum()) < 1e-10
+    lp_f, lt_f = mm_em.m_step_counts(layout, counts, label_prior=a, weight_prior=b)
+    torch.testing.assert_close(lp_f, new_log_pi, rtol=0, atol=1e-12)
+    torch.testing.assert_close(lt_f, new_log_theta, rtol=0, atol=1e-12)
+    softmax = torch.softmax(mm_em.log_likelihood_matrix(layout, log_pi, log_theta), dim=0)
+    torch.testing.assert_close(resp_f, softmax, rtol=0, atol=1e-12)  # the torch reference
 
 
 def test_composed_steps_reproduce_run_em(rng):

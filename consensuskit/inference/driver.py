@@ -23,6 +23,7 @@ Optional (defaults in :class:`Engine`)::
                                             default: |f_t - f_{t-1}| <= tol |f_t|
     info(state) -> dict                     extra keys for the callback's state
     initial_objective : bool                record objective(init state) first (EM)
+    tie_rtol : float                        final objectives this close (relative) tie
 
 ``state`` is whatever the engine needs to take the next step (a dataclass); with a
 checkpoint it is pickled, so it should hold arrays and numbers.  ``rng`` is the
@@ -34,8 +35,9 @@ What the driver does
 ``n_runs`` runs (restarts or chains), each ``init`` then up to ``max_iter`` steps.  A
 run stops early when ``degenerate(state)`` or (``tol`` not None) ``converged``.  With
 ``select="best"`` the kept run is the one with the highest final objective,
-non-degenerate runs first (ties: the earlier); the others keep their traces but not
-their parameters.  With ``select="all"`` (samplers) every run is kept.
+non-degenerate runs first (ties, to within the engine's relative ``tie_rtol``: the
+earlier); the others keep their traces but not their parameters.  With
+``select="all"`` (samplers) every run is kept.
 
 After every step the driver builds a *snapshot* ``{"run", <run_name>, "iteration",
 "objective", "objectives", "converged", "degenerate", "state", "runs", "rng", ...}``
@@ -72,6 +74,11 @@ class Engine:
     #: record ``objective(init(rng))`` as the first entry of the trace (EM objectives
     #: defined at the starting parameters)
     initial_objective = False
+
+    #: runs whose final objectives differ by at most this (relative) are a tie, kept by
+    #: the earlier run; engines whose sums are re-associated set it to a few ulps, so
+    #: that which of two runs at the same optimum is kept does not hang on the last bits
+    tie_rtol = 0.0
 
     def init(self, rng, run: int = 0):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -131,6 +138,17 @@ class Run:
 
     def _key(self):
         return (not self.degenerate, self.objective)
+
+    def beats(self, other: Run, tie_rtol: float = 0.0) -> bool:
+        """Better than ``other``: non-degenerate first, then a higher objective.
+
+        Objectives within ``tie_rtol`` (relative) of each other are a tie, which ``other``
+        (the earlier run) keeps.
+        """
+        if self.degenerate != other.degenerate:
+            return other.degenerate
+        a, b = self.objective, other.objective
+        return a > b and not (math.isfinite(b) and a - b <= tie_rtol * abs(b))
 
 
 @dataclass
@@ -267,7 +285,7 @@ def fit(engine, *, max_iter: int, n_runs: int = 1, tol: float | None = 0.0, rng=
             del state
             out.runs.append(run)
             if select == "best":
-                if out.best is None or run._key() > out.best._key():
+                if out.best is None or run.beats(out.best, getattr(engine, "tie_rtol", 0.0)):
                     if out.best is not None:
                         out.best.params = None
                     out.best = run

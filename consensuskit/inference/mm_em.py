@@ -41,6 +41,12 @@ group into a joint-count table whose marginals are the per-column counts
 ``C_jk``.  Arithmetic is identical to the per-column formulas (sums are only
 re-associated).  A missing label of column ``j`` gets slot 0 of that column's
 extended table, whose log-probability is 0 and whose counts are discarded.
+
+On CPU an iteration runs as two fused numba calls (:mod:`._mm_numba`): one pass over
+the rows gives the responsibilities, the log-likelihood and the groups' joint counts
+together, and the M-step works from those counts, so no per-column torch operation
+is left whose fixed cost would dominate at small N (the torch functions below are the
+reference and the path on other devices).
 """
 
 from __future__ import annotations
@@ -62,7 +68,9 @@ __all__ = [
     "prepare",
     "log_likelihood_matrix",
     "e_step",
+    "e_step_counts",
     "m_step",
+    "m_step_counts",
     "label_counts",
     "log_prior",
     "objective",
@@ -102,7 +110,7 @@ class MMLayout:
     codes: torch.Tensor
     device: torch.device
     dtype: torch.dtype
-    _slots: list = field(default_factory=list, repr=False)
+    _meta: tuple | None = field(default=None, repr=False)
 
     @property
     def n_partitions(self) -> int:
@@ -115,6 +123,28 @@ class MMLayout:
     def slots(self, j: int) -> int:
         """Number of table entries of column ``j`` (``k_j``, +1 if it has missing labels)."""
         return int(self.n_labels[j] + self.has_missing[j])
+
+    def group_meta(self) -> tuple:
+        """``(offsets, slots, has_missing, group_start, table_offsets)`` as int64 arrays.
+
+        The layout of the fused CPU kernels (:mod:`._mm_numba`): group ``g`` covers
+        columns ``group_start[g]:group_start[g+1]``; its joint table has
+        ``prod slots`` entries starting at ``table_offsets[g]``.
+        """
+        if self._meta is None:
+            slots = (self.n_labels + self.has_missing).astype(np.int64)
+            sizes = [math.prod(int(slots[j]) for j in cols) for cols in self.groups]
+            gstart = np.concatenate([[0], np.cumsum([len(c) for c in self.groups])])
+            toff = np.concatenate([[0], np.cumsum(sizes)])
+            self._meta = (self.offsets.astype(np.int64), slots,
+                          self.has_missing.astype(np.int64), gstart.astype(np.int64),
+                          toff.astype(np.int64))
+        return self._meta
+
+    @property
+    def fused(self) -> bool:
+        """Whether the fused CPU kernels run this layout (CPU tensors)."""
+        return self.device.type == "cpu"
 
 
 def prepare(codes, n_labels=None, *, device="cpu", dtype=torch.float64,
@@ -134,8 +164,11 @@ def prepare(codes, n_labels=None, *, device="cpu", dtype=torch.float64,
     max_table : int or "auto"
         Largest joint table (product of slots) of a column group; 1 column per
         group when a single column is already larger.  ``"auto"``:
-        ``clip(N // 8, 64, 2**17)``, so tables stay small beside N and within
-        cache (at N = 1e6 and k_j = 5: groups of 7 columns, 78125 entries).
+        ``clip(N // 8, 64, cap)``, so tables stay small beside N; ``cap`` is ``2**12``
+        on CPU, where the fused kernel keeps every group's (T, K) log-probability and
+        count tables in the core's cache (k_j = 5: groups of 5 columns from N = 25000
+        on, so the work per row no longer shrinks as N grows), and ``2**17`` on other
+        devices, where fewer, larger gathers pay (k_j = 5, N = 1e6: groups of 7).
 
     Returns
     -------
@@ -155,8 +188,9 @@ def prepare(codes, n_labels=None, *, device="cpu", dtype=torch.float64,
         raise ValueError(f"n_labels must have shape ({M},); got {n_labels.shape}")
     if (codes < -1).any() or (codes >= n_labels[None, :]).any():
         raise ValueError("codes must lie in -1..k_j-1 for column j")
+    dev = torch.device(device)
     if isinstance(max_table, str) and max_table == "auto":
-        max_table = int(np.clip(N // 8, 64, 2**17))
+        max_table = int(np.clip(N // 8, 64, 2**12 if dev.type == "cpu" else 2**17))
     if max_table < 1:
         raise ValueError(f"max_table must be >= 1 or 'auto'; got {max_table}")
     has_missing = (codes < 0).any(axis=0)
@@ -176,7 +210,6 @@ def prepare(codes, n_labels=None, *, device="cpu", dtype=torch.float64,
             c *= slots[j]
             c += codes[:, j] + has_missing[j]
         joint[g] = c
-    dev = torch.device(device)
     return MMLayout(
         n_samples=N,
         n_labels=n_labels,
@@ -259,6 +292,9 @@ def e_step(layout: MMLayout, log_pi, log_theta, *, work=None):
     ``log sum_k exp L_ki = m_i - log max_k r_ki``: the log-likelihood comes
     from the fused softmax without a second pass of ``exp``.
     """
+    if layout.fused:
+        resp, ll, _ = e_step_counts(layout, log_pi, log_theta)
+        return resp, ll
     out, tmp = work if work is not None else (None, None)
     L = log_likelihood_matrix(layout, log_pi, log_theta, out=out, tmp=tmp)
     mx = L.amax(dim=0)
@@ -266,6 +302,40 @@ def e_step(layout: MMLayout, log_pi, log_theta, *, work=None):
     rmax = resp.amax(dim=0).log_()
     mx -= rmax  # per-row log-likelihood, in place
     return resp, float(mx.sum(dtype=torch.float64))
+
+
+def e_step_counts(layout: MMLayout, log_pi, log_theta):
+    """E-step with the groups' joint counts, in one pass (fused CPU kernel).
+
+    Returns
+    -------
+    resp : Tensor, shape (K, N)
+    loglik : float
+    counts : ndarray of float64, shape (T, K)
+        ``sum_{i: code_g(i) = t} E[z_ik]`` for the entries ``t`` of every group's joint
+        table (:meth:`MMLayout.group_meta`); :func:`m_step_counts` takes them.
+    """
+    from ._mm_numba import e_pass
+
+    K, N = log_theta.shape[0], layout.n_samples
+    resp = np.empty((K, N), dtype=_np_dtype(layout.dtype))
+    ll, counts = e_pass(log_pi.detach().numpy(), log_theta.detach().numpy(),
+                        layout.codes.numpy(), *layout.group_meta(), resp)
+    return torch.from_numpy(resp), float(ll), counts
+
+
+def m_step_counts(layout: MMLayout, counts, *, label_prior=1.0, weight_prior=1.0):
+    """:func:`m_step` from the joint counts of :func:`e_step_counts` (fused CPU kernel)."""
+    from ._mm_numba import m_pass
+
+    probe = np.empty(0, dtype=_np_dtype(layout.dtype))
+    log_pi, log_theta = m_pass(counts, *layout.group_meta(), float(label_prior),
+                               float(weight_prior), probe)
+    return torch.from_numpy(log_pi), torch.from_numpy(log_theta)
+
+
+def _np_dtype(dtype: torch.dtype):
+    return torch.empty(0, dtype=dtype).numpy().dtype
 
 
 def label_counts(layout: MMLayout, resp, *, return_totals=False):
@@ -378,7 +448,8 @@ class EMState:
     """State (and result) of MAP-EM: parameters and the responsibilities they give.
 
     ``resp`` (K, N) are the responsibilities at ``(log_pi, log_theta)``, ``loglik`` the
-    plain log-likelihood there and ``objective`` the penalised one ``F``.
+    plain log-likelihood there and ``objective`` the penalised one ``F``; ``counts`` the
+    groups' joint counts of ``resp`` (fused CPU path; None on the torch path).
     """
 
     log_pi: torch.Tensor
@@ -386,6 +457,7 @@ class EMState:
     resp: torch.Tensor
     loglik: float
     objective: float
+    counts: np.ndarray | None = field(default=None, repr=False)
 
 
 class EM(Engine):
@@ -399,6 +471,10 @@ class EM(Engine):
     """
 
     initial_objective = True
+    #: restarts at the same optimum (k-means starts often reach it exactly) differ in
+    #: ``F`` by rounding only; the fused kernel sums in another order than torch, so
+    #: such ties go to the earlier restart rather than to whichever rounds higher
+    tie_rtol = 1e-12
 
     def __init__(self, layout: MMLayout, n_clusters: int, *, label_prior=1.0,
                  weight_prior=1.0, init="random", generator=None):
@@ -412,9 +488,13 @@ class EM(Engine):
         self.work = None
 
     def _e_step(self, log_pi, log_theta) -> EMState:
-        resp, ll = e_step(self.layout, log_pi, log_theta, work=self.work)
+        counts = None
+        if self.layout.fused:
+            resp, ll, counts = e_step_counts(self.layout, log_pi, log_theta)
+        else:
+            resp, ll = e_step(self.layout, log_pi, log_theta, work=self.work)
         F = ll + log_prior(log_pi, log_theta, self.layout.n_labels, **self.prior)
-        return EMState(log_pi, log_theta, resp, ll, F)
+        return EMState(log_pi, log_theta, resp, ll, F, counts)
 
     def init(self, rng=None, run=0) -> EMState:
         lay = self.layout
@@ -426,14 +506,22 @@ class EM(Engine):
             log_pi, log_theta = self.start
         else:
             log_pi, log_theta = init_params(lay, self.K, generator=self.generator)
-        self.work = (log_theta.new_empty(self.K, lay.n_samples),
-                     log_theta.new_empty(lay.n_samples))
+        if not lay.fused:
+            self.work = (log_theta.new_empty(self.K, lay.n_samples),
+                         log_theta.new_empty(lay.n_samples))
         return self._e_step(log_pi, log_theta)
 
     def step(self, state: EMState, rng=None) -> EMState:
-        log_pi, log_theta = m_step(self.layout, state.resp, **self.prior)
-        state.resp = None  # free it before the E-step allocates the next one
+        if state.counts is not None:
+            log_pi, log_theta = m_step_counts(self.layout, state.counts, **self.prior)
+        else:
+            log_pi, log_theta = m_step(self.layout, state.resp, **self.prior)
+        state.resp = state.counts = None  # free them before the E-step allocates anew
         return self._e_step(log_pi, log_theta)
+
+    def result(self, state: EMState) -> EMState:
+        state.counts = None
+        return state
 
     def objective(self, state: EMState) -> float:
         return state.objective
