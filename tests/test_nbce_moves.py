@@ -11,6 +11,7 @@ passes above p = 1e-4: 14 p-values in the file, a false alarm about once in 700 
 
 import functools
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -223,3 +224,29 @@ def test_estimator_reports_moves_and_honours_n_jobs(rng):
     for bad in (dict(n_jobs=0), dict(n_split_merge=-1), dict(n_split_merge="many")):
         with pytest.raises((ValueError, TypeError)):
             ck.NBCE(**bad).fit(X)
+
+
+def test_fit_leaves_torch_thread_setting_alone():
+    """An NBCE fit must not change ``torch.get_num_threads()``: starting numba's OpenMP
+    layer resets the thread count torch shares.  Run in a fresh process (the layer
+    starts once per process); the last line is the control that starting it does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, numpy as np, numba\n"
+        "import consensuskit as ck\n"
+        "torch.set_num_threads(1)\n"
+        "X = np.random.default_rng(0).integers(0, 3, size=(40, 4))\n"
+        "ck.NBCE(truncation=4, n_samples=3, burn_in=2, n_chains=2, random_state=0).fit(X)\n"
+        "print(torch.get_num_threads())\n"
+        "numba.get_num_threads()\n"
+        "print(torch.get_num_threads())\n"
+    )
+    env = dict(os.environ, NUMBA_NUM_THREADS="2", OMP_NUM_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    after_fit, after_layer = out.stdout.split()[-2:]
+    assert after_fit == "1"
+    assert after_layer == "2"  # the control: numba's layer does reset torch's setting

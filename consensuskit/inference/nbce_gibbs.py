@@ -1229,11 +1229,27 @@ def _default_split_merge(n_points):
     return int(min(20, max(2, round(2e5 / n_points))))
 
 
+def _numba_thread_setting():
+    """numba's thread count, without starting numba's threading layer.
+
+    ``numba.get_num_threads()`` starts that layer, and its OpenMP start-up resets the
+    OpenMP thread count that torch shares, so a user's ``torch.set_num_threads(1)``
+    would silently become numba's count (every later torch op then runs on all
+    cores).  The chains run on a Python thread pool and need no numba threads, so the
+    layer is left alone unless something else started it.
+    """
+    from numba.np.ufunc import parallel
+
+    if parallel._is_initialized:
+        return numba.get_num_threads()
+    return int(numba.config.NUMBA_NUM_THREADS)
+
+
 def _resolve_n_jobs(n_jobs, n_chains):
     """Threads to run chains on: ``None`` means numba's thread setting
     (``numba.get_num_threads()``, i.e. ``NUMBA_NUM_THREADS``); -1 all cores."""
     if n_jobs is None:
-        n = numba.get_num_threads()
+        n = _numba_thread_setting()
     elif n_jobs == -1:
         n = os.cpu_count() or 1
     else:
