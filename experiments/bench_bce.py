@@ -88,22 +88,31 @@ def medians(fns, repeats):
 
 # ----------------------------------------------------------------------------- kernel
 def previous_kernel(rev):
-    """The E-step kernel module as it was at git revision ``rev`` (None if unavailable)."""
+    """The E-step kernel module as it was at git revision ``rev`` (None if unavailable).
+
+    Either the per-row kernel of fe4faf2 (``estep_rows``) or a fused kernel with today's
+    entry point (``run_estep``).
+    """
     try:
         src = subprocess.run(["git", "show", f"{rev}:consensuskit/inference/_bce_numba.py"],
                              cwd=ROOT, check=True, capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
-    if "def estep_rows" not in src:
+    if "def estep_rows" not in src and "def run_estep" not in src:
         return None
     mod = types.ModuleType("bce_kernel_previous")
     mod.__file__ = str(ROOT / "experiments" / "_bce_kernel_previous.py")  # no disk cache
-    exec(compile(src.replace("cache=True", "cache=False"), mod.__file__, "exec"), mod.__dict__)
+    exec(compile(src.replace("cache=True", "cache=False")
+                 .replace('"cache": True', '"cache": False'), mod.__file__, "exec"),
+         mod.__dict__)
     return mod
 
 
 def em_iteration_previous(old, alpha, beta, data, gamma, n_iter, smoothing=1e-6):
-    """One EM iteration as before: previous kernel, transposes, torch passes for the rest."""
+    """One EM iteration as before: previous kernel, transposes, torch passes for the rest
+    (fe4faf2), or as now with the previous fused kernel (``run_estep``)."""
+    if hasattr(old, "run_estep"):
+        return em_iteration(alpha, beta, data, gamma, n_iter, 1, smoothing, old.run_estep)
     K, N = gamma.shape
     L = data.n_total_labels
     idx, mask = data.row_layout()
@@ -124,20 +133,20 @@ def em_iteration_previous(old, alpha, beta, data, gamma, n_iter, smoothing=1e-6)
     alpha_new, _ = cavi.update_alpha(alpha, suff, N, tol=1e-10, ensure_ascent=True)
     lb = cavi.lower_bound(alpha_new, beta_new, gamma_out, phi_sum, st, plogp,
                           smoothing=smoothing)
-    return gamma_out, st, plogp, lb
+    return gamma_out, st, plogp, lb, suff
 
 
-def em_iteration(alpha, beta, data, gamma, n_iter, n_jobs, smoothing=1e-6):
-    """One EM iteration as ``variational_em`` does it now."""
+def em_iteration(alpha, beta, data, gamma, n_iter, n_jobs, smoothing=1e-6, run_estep=None):
+    """One EM iteration as ``variational_em`` does it now (``run_estep``: another kernel)."""
     N = gamma.shape[1]
-    gamma_out, phi_sum, st, plogp, _, terms = cavi.e_step(alpha, beta, data, gamma, n_iter,
-                                                          n_jobs=n_jobs, with_terms=True)
+    gamma_out, phi_sum, st, plogp, _, terms = cavi._e_step_numba(
+        alpha, beta, data, gamma, n_iter, True, n_jobs, run_estep=run_estep)
     beta_new = cavi.update_beta(st, data.offsets, smoothing)
     alpha_new, _ = cavi.update_alpha(alpha, terms.suff.to(alpha), N, tol=1e-10,
                                      ensure_ascent=True)
     lb = cavi.lower_bound(alpha_new, beta_new, gamma_out, phi_sum, st, plogp,
                           smoothing=smoothing, terms=terms)
-    return gamma_out, st, plogp, lb
+    return gamma_out, st, plogp, lb, terms.suff
 
 
 def rel(a, b):
@@ -180,7 +189,7 @@ def bench_kernel(a):
     o, n = prev(), new1()
     print(f"  largest relative difference to the previous kernel: gamma {rel(n[0], o[0]):.1e}, "
           f"beta statistics {rel(n[1], o[1]):.1e}, entropy term {rel(n[2], o[2]):.1e}, "
-          f"bound {rel(n[3], o[3]):.1e}")
+          f"bound {rel(n[3], o[3]):.1e}, alpha's statistic {rel(n[4], o[4]):.1e}")
 
 
 # ----------------------------------------------------------------------------- lda
@@ -352,7 +361,7 @@ def main(argv=None):
     p.add_argument("--default-sizes", type=int, nargs="+", default=[20_000, 100_000])
     p.add_argument("--scaling-sizes", type=int, nargs="+",
                    default=[10_000, 100_000, 1_000_000])
-    p.add_argument("--baseline-rev", default="fe4faf2",
+    p.add_argument("--baseline-rev", default="2e4de80",
                    help="git revision holding the previous E-step kernel")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
