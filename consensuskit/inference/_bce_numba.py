@@ -20,7 +20,6 @@ Why it is fast:
   multiply-adds for ``d_ij = sum_h w_ih beta_j(h, x_ij)``, one division and ``K``
   multiply-adds for ``sum_j phi_ijh = sum_j (w_ih beta_j(h, x_ij)) / d_ij`` (products
   and sums in the order of the per-row kernel it replaced);
-* one kernel per ``K`` (:func:`kernel_for`), with ``K`` a compile-time constant;
 * digamma, log-gamma, ``exp`` and ``log`` written without a data-dependent loop or
   branch (:func:`_exp_psi`, :func:`_psi_lgamma`, :func:`_exp`, :func:`_log`), so they
   vectorise too (numba's libm calls do not); ``sum_j ln d_ij`` of the entropy term is
@@ -170,150 +169,143 @@ def _psi_lgamma(x):
     return psi, lg
 
 
-def _make_kernel(K):
-    """The E-step kernel with ``K`` clusters fixed at compile time (cached on disk per K)."""
-    @njit(nogil=True, **_OPTS)
-    def estep(alpha, betaT, idx, mask, has_mask, gamma, gamma_out, phisum, n_iter, collect,
-              unit, block, T, stats, terms, b_lo, b_hi):
-        """Run the E-step over row blocks ``b_lo .. b_hi - 1`` (arguments: :func:`run_estep`)."""
-        N, M = idx.shape
-        dt = betaT.dtype
-        B = np.empty((M, K, T), dt)  # beta_j(h, x_ij) of the tile's rows, gathered once
-        R = np.empty((M, T), dt)  # 1 observed / 0 missing
-        LAB = np.empty((M, T), np.int64)
-        G = np.empty((K + 1, T))  # gamma of the tile (K, T), then the row sums
-        W = np.empty((K, T), dt)  # exp(psi(gamma))
-        S = np.empty((K, T))  # sum_j beta_j(h, x_ij) / d_ij  (float64)
-        A = np.empty((K, T))  # phisum = w_h S_h
-        E = np.empty((K, T))  # psi(gamma) (last pass)
-        D = np.empty(T, dt)
-        RR = np.empty((M, T))  # 1 / d_ij (0 if missing)
-        PM = np.empty(T)  # running product of d_ij (mantissa) ...
-        PE = np.empty(T)  # ... and its binary exponent
-        P = np.empty((K + 1, T))
-        LG = np.empty((K + 1, T))
-        for b in range(b_lo, b_hi):
-            lo = b * block
-            hi = min(N, lo + block)
-            st = stats[b]
-            tm = terms[b]
-            for h in range(K + N_TERMS):
-                tm[h] = 0.0
-            for t0 in range(lo, hi, T):
-                nt = min(T, hi - t0)
-                # the tile's rows (the last row repeated to fill a short tile)
+@njit(nogil=True, **_OPTS)
+def estep(alpha, betaT, idx, mask, has_mask, gamma, gamma_out, phisum, n_iter, collect,
+          unit, block, T, stats, terms, b_lo, b_hi):
+    """Run the E-step over row blocks ``b_lo .. b_hi - 1`` (arguments: :func:`run_estep`).
+
+    ``K`` is read from gamma's shape, not fixed at compile time: the loops over clusters
+    are outer loops, the vectorised ones run over the tile's rows, so one compiled kernel
+    per dtype serves every ``K``.
+    """
+    K, N = gamma.shape
+    M = idx.shape[1]
+    dt = betaT.dtype
+    B = np.empty((M, K, T), dt)  # beta_j(h, x_ij) of the tile's rows, gathered once
+    R = np.empty((M, T), dt)  # 1 observed / 0 missing
+    LAB = np.empty((M, T), np.int64)
+    G = np.empty((K + 1, T))  # gamma of the tile (K, T), then the row sums
+    W = np.empty((K, T), dt)  # exp(psi(gamma))
+    S = np.empty((K, T))  # sum_j w_h beta_j(h, x_ij) / d_ij  (float64)
+    A = np.empty((K, T))  # phisum of the pass
+    E = np.empty((K, T))  # psi(gamma) (last pass)
+    D = np.empty(T, dt)
+    RR = np.empty((M, T))  # 1 / d_ij (0 if missing)
+    PM = np.empty(T)  # running product of d_ij (mantissa) ...
+    PE = np.empty(T)  # ... and its binary exponent
+    P = np.empty((K + 1, T))
+    LG = np.empty((K + 1, T))
+    for b in range(b_lo, b_hi):
+        lo = b * block
+        hi = min(N, lo + block)
+        st = stats[b]
+        tm = terms[b]
+        for h in range(K + N_TERMS):
+            tm[h] = 0.0
+        for t0 in range(lo, hi, T):
+            nt = min(T, hi - t0)
+            # the tile's rows (the last row repeated to fill a short tile)
+            for j in range(M):
+                for u in range(T):
+                    i = min(t0 + u, hi - 1)
+                    lab = idx[i, j]
+                    LAB[j, u] = lab
+                    R[j, u] = mask[i, j] if has_mask else unit
+                    for h in range(K):
+                        B[j, h, u] = betaT[lab, h]
+            for h in range(K):
+                for u in range(T):
+                    G[h, u] = gamma[h, min(t0 + u, hi - 1)]
+            for t in range(n_iter):
+                last = collect and t == n_iter - 1
+                # w = exp(psi(gamma)); psi(sum gamma) cancels in phi's normalisation
+                if last:
+                    for h in range(K):
+                        for u in range(T):
+                            wv, c, xs = _exp_psi(G[h, u])
+                            W[h, u] = wv
+                            E[h, u] = c + _log(xs)
+                else:
+                    for h in range(K):
+                        for u in range(T):
+                            W[h, u] = _exp_psi(G[h, u])[0]
+                for h in range(K):
+                    for u in range(T):
+                        S[h, u] = 0.0
+                for u in range(T):
+                    PM[u] = 1.0
+                    PE[u] = 0.0
                 for j in range(M):
+                    # d_j = sum_h w_h beta_jh;  S_h += beta_jh / d_j  (0 if missing)
                     for u in range(T):
-                        i = min(t0 + u, hi - 1)
-                        lab = idx[i, j]
-                        LAB[j, u] = lab
-                        R[j, u] = mask[i, j] if has_mask else unit
-                        for h in range(K):
-                            B[j, h, u] = betaT[lab, h]
-                for h in range(K):
+                        D[u] = W[0, u] * B[j, 0, u]
+                    for h in range(1, K):
+                        for u in range(T):
+                            D[u] += W[h, u] * B[j, h, u]
                     for u in range(T):
-                        G[h, u] = gamma[h, min(t0 + u, hi - 1)]
-                for t in range(n_iter):
-                    last = collect and t == n_iter - 1
-                    # w = exp(psi(gamma)); psi(sum gamma) cancels in phi's normalisation
-                    if last:
-                        for h in range(K):
-                            for u in range(T):
-                                wv, c, xs = _exp_psi(G[h, u])
-                                W[h, u] = wv
-                                E[h, u] = c + _log(xs)
-                    else:
-                        for h in range(K):
-                            for u in range(T):
-                                W[h, u] = _exp_psi(G[h, u])[0]
+                        RR[j, u] = np.float64(R[j, u] / D[u])
                     for h in range(K):
                         for u in range(T):
-                            S[h, u] = 0.0
-                    for u in range(T):
-                        PM[u] = 1.0
-                        PE[u] = 0.0
-                    for j in range(M):
-                        # d_j = sum_h w_h beta_jh;  S_h += beta_jh / d_j  (0 if missing)
-                        for u in range(T):
-                            d = W[0, u] * B[j, 0, u]
-                            for h in range(1, K):
-                                d += W[h, u] * B[j, h, u]
-                            D[u] = d
-                        for u in range(T):
-                            RR[j, u] = np.float64(R[j, u] / D[u])
-                        for h in range(K):
-                            for u in range(T):
-                                S[h, u] += np.float64(W[h, u] * B[j, h, u]) * RR[j, u]
-                        if last:
-                            # prod_j d_j over observed j, renormalised to [1, 2) each step
-                            for u in range(T):
-                                pm = PM[u] * (np.float64(D[u]) if R[j, u] > 0 else 1.0)
-                                bits = np.float64(pm).view(np.int64)
-                                PE[u] += np.float64((bits >> 52) - 1023)
-                                PM[u] = np.int64((bits & 0xFFFFFFFFFFFFF)
-                                                 | 0x3FF0000000000000).view(np.float64)
+                            S[h, u] += np.float64(W[h, u] * B[j, h, u]) * RR[j, u]
                     if last:
-                        # beta statistics; row by row, so that consecutive updates hit
-                        # different labels (no store-to-load chains)
-                        for u in range(nt):
-                            for j in range(M):
-                                lab = LAB[j, u]
-                                rr = RR[j, u]
-                                for h in range(K):
-                                    st[lab, h] += np.float64(W[h, u] * B[j, h, u]) * rr
-                    for h in range(K):
+                        # prod_j d_j over observed j, renormalised to [1, 2) each step
                         for u in range(T):
-                            A[h, u] = S[h, u]
-                            G[h, u] = alpha[h] + S[h, u]
-                    if last:
-                        # sum_jh phi ln phi = sum_h phisum_h psi(gamma_h) + stats . ln beta
-                        #                     - sum_j ln d_j   (w unshifted, unnormalised)
-                        ent = 0.0
-                        for u in range(nt):
-                            ent -= _log(PM[u]) + PE[u] * _LN2
+                            pm = PM[u] * (np.float64(D[u]) if R[j, u] > 0 else 1.0)
+                            bits = np.float64(pm).view(np.int64)
+                            PE[u] += np.float64((bits >> 52) - 1023)
+                            PM[u] = np.int64((bits & 0xFFFFFFFFFFFFF)
+                                             | 0x3FF0000000000000).view(np.float64)
+                if last:
+                    # beta statistics; row by row, so that consecutive updates hit
+                    # different labels (no store-to-load chains)
+                    for u in range(nt):
+                        for j in range(M):
+                            lab = LAB[j, u]
+                            rr = RR[j, u]
                             for h in range(K):
-                                ent += A[h, u] * E[h, u]
-                        tm[K] += ent
+                                st[lab, h] += np.float64(W[h, u] * B[j, h, u]) * rr
                 for h in range(K):
-                    for u in range(nt):
-                        gamma_out[h, t0 + u] = G[h, u]
-                        phisum[h, t0 + u] = A[h, u]
-                if collect:
-                    # row terms of the bound and alpha's statistic at the final gamma: psi
-                    # and lnGamma of the tile's gamma and of its row sums, in one loop
                     for u in range(T):
-                        sg = 0.0
-                        for h in range(K):
-                            sg += G[h, u]
-                        G[K, u] = sg
-                    for h in range(K + 1):
-                        for u in range(T):
-                            P[h, u], LG[h, u] = _psi_lgamma(G[h, u])
-                    q = 0.0
-                    lgs = 0.0
+                        A[h, u] = S[h, u]
+                        G[h, u] = alpha[h] + S[h, u]
+                if last:
+                    # sum_jh phi ln phi = sum_h phisum_h psi(gamma_h) + stats . ln beta
+                    #                     - sum_j ln d_j   (w unshifted, unnormalised)
+                    ent = 0.0
                     for u in range(nt):
-                        lgs -= LG[K, u]
+                        ent -= _log(PM[u]) + PE[u] * _LN2
                         for h in range(K):
-                            ev = P[h, u] - P[K, u]
-                            tm[h] += ev
-                            q += (A[h, u] - G[h, u]) * ev
-                            lgs += LG[h, u]
-                    tm[K + 1] += q
-                    tm[K + 2] += lgs
+                            ent += A[h, u] * E[h, u]
+                    tm[K] += ent
+            for h in range(K):
+                for u in range(nt):
+                    gamma_out[h, t0 + u] = G[h, u]
+                    phisum[h, t0 + u] = A[h, u]
+            if collect:
+                # row terms of the bound and alpha's statistic at the final gamma: psi
+                # and lnGamma of the tile's gamma and of its row sums, in one loop
+                for u in range(T):
+                    sg = 0.0
+                    for h in range(K):
+                        sg += G[h, u]
+                    G[K, u] = sg
+                for h in range(K + 1):
+                    for u in range(T):
+                        P[h, u], LG[h, u] = _psi_lgamma(G[h, u])
+                q = 0.0
+                lgs = 0.0
+                for u in range(nt):
+                    lgs -= LG[K, u]
+                    for h in range(K):
+                        ev = P[h, u] - P[K, u]
+                        tm[h] += ev
+                        q += (A[h, u] - G[h, u]) * ev
+                        lgs += LG[h, u]
+                tm[K + 1] += q
+                tm[K + 2] += lgs
 
-    return estep
 
-
-_KERNELS: dict = {}
 _POOL: list = []
-
-
-def kernel_for(K: int):
-    """The compiled kernel for ``K`` clusters (compiled lazily, once per K and dtype)."""
-    kern = _KERNELS.get(K)
-    if kern is None:
-        kern = _KERNELS[K] = _make_kernel(int(K))
-    return kern
 
 
 def _pool():
@@ -366,7 +358,7 @@ def run_estep(alpha, betaT, idx, mask, gamma, n_iter, collect, n_threads=1):
     terms = np.zeros((n_blocks, K + N_TERMS))
     has_mask = mask is not None
     m = mask if has_mask else np.zeros((1, 1), dtype=dt)
-    kern = kernel_for(K)
+    kern = estep
     args = (np.ascontiguousarray(alpha, dtype=np.float64), betaT, idx, m, has_mask, gamma,
             gamma_out, phisum, int(n_iter), bool(collect), dt.type(1), block, TILE, stats,
             terms)
