@@ -2,7 +2,9 @@
 # `make notebooks` re-executes notebooks/*.py (jupytext percent sources) into the
 # committed notebooks/*.ipynb, outputs included.
 # Both create .venv on first use, installing torch==2.13.0 *before* the package
-# so that pip takes the CPU wheel instead of pulling CUDA packages.
+# so that pip takes the CPU wheel instead of pulling CUDA packages, then compiling
+# the numba kernels once into numba's cache (`consensuskit warmup`, ~30 s of CPU) so
+# that the demo and the first fits do not compile.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -14,6 +16,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
 	$(BIN)/pip install -q --disable-pip-version-check -e ".[test]"
+	$(BIN)/consensuskit warmup
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,4 +1,4 @@
-"""The ``consensuskit`` command line: ``demo``, ``fit`` and ``reproduce``.
+"""The ``consensuskit`` command line: ``demo``, ``fit``, ``reproduce`` and ``warmup``.
 
 ``consensuskit demo [--figure PATH]``
     Builds an ensemble of 20 k-means partitions of iris, prints the quality of
@@ -14,6 +14,10 @@
 ``consensuskit reproduce <name> [--quick | --smoke] [--out DIR] [--data PATH]``
     Runs a registered paper reproduction (see :mod:`consensuskit.reproduce`);
     the options are passed to reproductions that accept them.
+``consensuskit warmup``
+    Compiles the numba kernels of BCE, NBCE and PCC once into numba's on-disk cache
+    (see :mod:`consensuskit.warmup`), so that a first demo or fit does not compile;
+    ``make`` runs it after installing.
 
 ``--quiet`` (``-q``) may come anywhere on the line.  Bad input prints one line
 ``error: ...`` on stderr and exits with status 2; messages about a file count
@@ -76,6 +80,17 @@ def _cmd_demo(args, out):
     figure = None if args.no_figure else args.figure
     demo.run(out, n_partitions=args.n_partitions, random_state=args.random_state,
              figure=figure, progress=not args.quiet)
+    return 0
+
+
+def _cmd_warmup(args, out):
+    from .warmup import warm_up
+
+    c, w = time.process_time(), time.perf_counter()
+    warm_up(None if args.quiet else out)
+    if not args.quiet:
+        print(f"{'warm-up':<22} {time.process_time() - c:6.1f} s CPU  "
+              f"{time.perf_counter() - w:6.1f} s wall", file=out)
     return 0
 
 
@@ -293,7 +308,7 @@ def _build_parser(model=None):
         description="Probabilistic models for cluster ensembles (consensus clustering).",
         epilog=NUMBERING,
     )
-    sub = parser.add_subparsers(dest="command", metavar="{demo,fit,reproduce}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,fit,reproduce,warmup}")
     sub.required = True
 
     demo_cmd = sub.add_parser("demo", parents=[common],
@@ -373,6 +388,12 @@ def _build_parser(model=None):
     rep.add_argument("--only", default=None,
                      help="comma-separated parts to run (e.g. table3,fig4); default all")
     rep.set_defaults(func=_cmd_reproduce)
+
+    warm_help = ("compile the numba kernels once into numba's cache (run at install, so "
+                 "that a first demo or fit does not compile)")
+    warm = sub.add_parser("warmup", parents=[common], help=warm_help,
+                          description=warm_help[0].upper() + warm_help[1:] + ".")
+    warm.set_defaults(func=_cmd_warmup)
     return parser
 
 

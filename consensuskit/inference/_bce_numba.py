@@ -3,23 +3,33 @@
 It computes what the torch path of :func:`bce_cavi.e_step` computes -- ``n_iter``
 passes of ``phi_ij ∝ exp(E_q[log theta_i]) * beta_j(:, x_ij)`` (eq. 5) and
 ``gamma_i = alpha + sum_j phi_ij`` (eq. 6), the beta statistics and the entropy
-scalar on the last pass -- one row at a time with the row's ``(M, K)`` block of
-``phi`` in cache, so nothing of size ``(K, N)`` is streamed through memory ``M``
+scalar on the last pass -- a tile of :data:`TILE` rows at a time, all passes over the
+tile before the next, so nothing of size ``(K, N)`` is streamed through memory ``M``
 times per pass.  In the same pass it forms the per-row pieces of the bound and
 alpha's sufficient statistic at the final gamma (the ``terms`` of :func:`run_estep`),
 so an EM iteration needs no second pass over the rows.
 
 Why it is fast:
 
-* one kernel per ``K`` (:func:`kernel_for`), with ``K`` a compile-time constant, so
-  the loops over clusters unroll;
+* rows are the innermost (vector) dimension: every loop of a pass runs over the
+  tile's rows with contiguous loads, so it compiles to SIMD instructions (8 or 16
+  rows per instruction), including the ``M`` normalisers ``d_ij`` and their
+  divisions; ``beta_j(h, x_ij)`` is gathered once per tile into a ``(M, K, TILE)``
+  buffer and reused by all passes;
+* ``phi`` is never stored: per row and base clustering a pass costs ``K``
+  multiply-adds for ``d_ij = sum_h w_ih beta_j(h, x_ij)``, one division and ``K``
+  multiply-adds for ``sum_j phi_ijh = sum_j (w_ih beta_j(h, x_ij)) / d_ij`` (products
+  and sums in the order of the per-row kernel it replaced);
 * digamma, log-gamma, ``exp`` and ``log`` written without a data-dependent loop or
-  branch (:func:`_exp_psi`, :func:`_psi_lgamma`, :func:`_exp`, :func:`_log`), and
-  evaluated for a tile of :data:`TILE` rows at once, so they compile to vector
-  instructions (numba's libm calls do not vectorise);
-* ``phi``, its normalisers and their reciprocals in the input dtype (float32
-  arithmetic for float32 input); the sums over base clusterings, the statistics and
-  the bound in float64 whatever the input dtype;
+  branch (:func:`_exp_psi`, :func:`_psi_lgamma`, :func:`_exp`, :func:`_log`), so they
+  vectorise too (numba's libm calls do not); ``sum_j ln d_ij`` of the entropy term is
+  the log of a running product kept in ``[1, 2)`` by splitting off its binary
+  exponent, one ``log`` per row instead of ``M``;
+* the tile size is a run-time argument: a compile-time trip count would make LLVM
+  unroll the row loops fully instead of vectorising them;
+* ``w``, ``d_ij`` and ``1 / d_ij`` in the input dtype (float32 arithmetic for float32
+  input); the sums over base clusterings, the statistics and the bound in float64
+  whatever the input dtype;
 * ``error_model="numpy"``: no zero-division checks, which would block vectorisation;
 * gamma read and written in the engine's ``(K, N)`` layout (no transposes);
 * rows split into blocks (of a size fixed by the data), runs of blocks given to
@@ -44,8 +54,8 @@ from numba import njit
 #: per-block beta statistics stay small.  Fixed by the data, not the thread count.
 BLOCK = 2048
 
-#: rows whose special functions are evaluated together (one vectorised loop)
-TILE = 8
+#: rows processed together (the vector dimension of every loop); divides BLOCK
+TILE = 64
 
 #: row terms per block after the ``K`` entries of alpha's statistic ``S_h``:
 #: the entropy partial, ``Q = sum (phisum - gamma) E`` and ``LG = sum lnG(gamma) - lnG(sum)``
@@ -59,6 +69,7 @@ _LN2_HI = 6.93147180369123816490e-01  # ln 2 split for an exact n * ln2 (Cody-Wa
 _LN2_LO = 1.90821492927058770002e-10
 _INV_LN2 = 1.0 / math.log(2.0)
 _SQRT2 = math.sqrt(2.0)
+_LN2 = math.log(2.0)
 
 
 @njit(**_INLINE)
@@ -158,141 +169,143 @@ def _psi_lgamma(x):
     return psi, lg
 
 
-def _make_kernel(K):
-    """The E-step kernel with ``K`` clusters fixed at compile time (cached on disk per K)."""
+@njit(nogil=True, **_OPTS)
+def estep(alpha, betaT, idx, mask, has_mask, gamma, gamma_out, phisum, n_iter, collect,
+          unit, block, T, stats, terms, b_lo, b_hi):
+    """Run the E-step over row blocks ``b_lo .. b_hi - 1`` (arguments: :func:`run_estep`).
 
-    @njit(nogil=True, **_OPTS)
-    def estep(alpha, betaT, idx, mask, has_mask, gamma, gamma_out, phisum, n_iter, collect,
-              unit, block, stats, terms, b_lo, b_hi):
-        """Run the E-step over row blocks ``b_lo .. b_hi - 1`` (arguments: :func:`run_estep`)."""
-        N, M = idx.shape
-        TK = TILE * K
-        for b in range(b_lo, b_hi):
-            lo = b * block
-            hi = min(N, lo + block)
-            G = np.empty(TK + TILE)  # gamma of the tile's rows (TILE, K), then row sums
-            A = np.empty(TK)  # phisum
-            E = np.empty(TK)  # psi(gamma) (last pass)
-            W = np.empty(TK, betaT.dtype)  # exp(psi(gamma))
-            P = np.empty(TK + TILE)  # psi / lnGamma of G
-            LG = np.empty(TK + TILE)
-            acc = np.empty(K)
-            p = np.empty((M, K), betaT.dtype)
-            r = np.empty(M, betaT.dtype)
-            ld = np.empty(M)
-            st = stats[b]
-            tm = terms[b]
-            for h in range(K + N_TERMS):
-                tm[h] = 0.0
-            for t0 in range(lo, hi, TILE):
-                nt = min(TILE, hi - t0)
-                n = nt * K
-                for u in range(nt):
+    ``K`` is read from gamma's shape, not fixed at compile time: the loops over clusters
+    are outer loops, the vectorised ones run over the tile's rows, so one compiled kernel
+    per dtype serves every ``K``.
+    """
+    K, N = gamma.shape
+    M = idx.shape[1]
+    dt = betaT.dtype
+    B = np.empty((M, K, T), dt)  # beta_j(h, x_ij) of the tile's rows, gathered once
+    R = np.empty((M, T), dt)  # 1 observed / 0 missing
+    LAB = np.empty((M, T), np.int64)
+    G = np.empty((K + 1, T))  # gamma of the tile (K, T), then the row sums
+    W = np.empty((K, T), dt)  # exp(psi(gamma))
+    S = np.empty((K, T))  # sum_j w_h beta_j(h, x_ij) / d_ij  (float64)
+    A = np.empty((K, T))  # phisum of the pass
+    E = np.empty((K, T))  # psi(gamma) (last pass)
+    D = np.empty(T, dt)
+    RR = np.empty((M, T))  # 1 / d_ij (0 if missing)
+    PM = np.empty(T)  # running product of d_ij (mantissa) ...
+    PE = np.empty(T)  # ... and its binary exponent
+    P = np.empty((K + 1, T))
+    LG = np.empty((K + 1, T))
+    for b in range(b_lo, b_hi):
+        lo = b * block
+        hi = min(N, lo + block)
+        st = stats[b]
+        tm = terms[b]
+        for h in range(K + N_TERMS):
+            tm[h] = 0.0
+        for t0 in range(lo, hi, T):
+            nt = min(T, hi - t0)
+            # the tile's rows (the last row repeated to fill a short tile)
+            for j in range(M):
+                for u in range(T):
+                    i = min(t0 + u, hi - 1)
+                    lab = idx[i, j]
+                    LAB[j, u] = lab
+                    R[j, u] = mask[i, j] if has_mask else unit
                     for h in range(K):
-                        G[u * K + h] = gamma[h, t0 + u]
-                for t in range(n_iter):
-                    last = collect and t == n_iter - 1
-                    # w = exp(psi(gamma)) for the whole tile (vectorised); psi(sum gamma)
-                    # cancels in phi's normalisation
+                        B[j, h, u] = betaT[lab, h]
+            for h in range(K):
+                for u in range(T):
+                    G[h, u] = gamma[h, min(t0 + u, hi - 1)]
+            for t in range(n_iter):
+                last = collect and t == n_iter - 1
+                # w = exp(psi(gamma)); psi(sum gamma) cancels in phi's normalisation
+                if last:
+                    for h in range(K):
+                        for u in range(T):
+                            wv, c, xs = _exp_psi(G[h, u])
+                            W[h, u] = wv
+                            E[h, u] = c + _log(xs)
+                else:
+                    for h in range(K):
+                        for u in range(T):
+                            W[h, u] = _exp_psi(G[h, u])[0]
+                for h in range(K):
+                    for u in range(T):
+                        S[h, u] = 0.0
+                for u in range(T):
+                    PM[u] = 1.0
+                    PE[u] = 0.0
+                for j in range(M):
+                    # d_j = sum_h w_h beta_jh;  S_h += beta_jh / d_j  (0 if missing)
+                    for u in range(T):
+                        D[u] = W[0, u] * B[j, 0, u]
+                    for h in range(1, K):
+                        for u in range(T):
+                            D[u] += W[h, u] * B[j, h, u]
+                    for u in range(T):
+                        RR[j, u] = np.float64(R[j, u] / D[u])
+                    for h in range(K):
+                        for u in range(T):
+                            S[h, u] += np.float64(W[h, u] * B[j, h, u]) * RR[j, u]
                     if last:
-                        for e in range(n):
-                            wv, c, xs = _exp_psi(G[e])
-                            W[e] = wv
-                            E[e] = _log(xs) + c
-                    else:
-                        for e in range(n):
-                            W[e] = _exp_psi(G[e])[0]
+                        # prod_j d_j over observed j, renormalised to [1, 2) each step
+                        for u in range(T):
+                            pm = PM[u] * (np.float64(D[u]) if R[j, u] > 0 else 1.0)
+                            bits = np.float64(pm).view(np.int64)
+                            PE[u] += np.float64((bits >> 52) - 1023)
+                            PM[u] = np.int64((bits & 0xFFFFFFFFFFFFF)
+                                             | 0x3FF0000000000000).view(np.float64)
+                if last:
+                    # beta statistics; row by row, so that consecutive updates hit
+                    # different labels (no store-to-load chains)
                     for u in range(nt):
-                        i = t0 + u
-                        o = u * K
-                        # p_jh = w_h beta_j(h, x_ij); d_j = sum_h p_jh; r_j = 1/d_j (0 if missing)
                         for j in range(M):
-                            lab = idx[i, j]
+                            lab = LAB[j, u]
+                            rr = RR[j, u]
                             for h in range(K):
-                                p[j, h] = W[o + h] * betaT[lab, h]
-                        for j in range(M):
-                            d = p[j, 0]
-                            for h in range(1, K):
-                                d += p[j, h]
-                            r[j] = d
-                        if last:
-                            # sum_j ln d_j over observed j
-                            for j in range(M):
-                                ld[j] = _log(np.float64(r[j]))
-                            logd = 0.0
-                            if has_mask:
-                                for j in range(M):
-                                    logd += ld[j] * mask[i, j]
-                            else:
-                                for j in range(M):
-                                    logd += ld[j]
-                            tm[K] -= logd
-                        if has_mask:
-                            for j in range(M):
-                                r[j] = mask[i, j] / r[j]
-                        else:
-                            for j in range(M):
-                                r[j] = unit / r[j]
-                        # acc_h = sum_j phi_ijh = sum_j p_jh r_j  (float64 sums)
+                                st[lab, h] += np.float64(W[h, u] * B[j, h, u]) * rr
+                for h in range(K):
+                    for u in range(T):
+                        A[h, u] = S[h, u]
+                        G[h, u] = alpha[h] + S[h, u]
+                if last:
+                    # sum_jh phi ln phi = sum_h phisum_h psi(gamma_h) + stats . ln beta
+                    #                     - sum_j ln d_j   (w unshifted, unnormalised)
+                    ent = 0.0
+                    for u in range(nt):
+                        ent -= _log(PM[u]) + PE[u] * _LN2
                         for h in range(K):
-                            acc[h] = 0.0
-                        for j in range(M):
-                            rj = np.float64(r[j])
-                            for h in range(K):
-                                acc[h] += p[j, h] * rj
-                        if last:
-                            for j in range(M):
-                                lab = idx[i, j]
-                                rj = np.float64(r[j])
-                                for h in range(K):
-                                    st[lab, h] += p[j, h] * rj
-                            # sum_jh phi ln phi = sum_h acc_h psi(gamma_h) + stats . ln beta
-                            #                     - sum_j ln d_j   (w unshifted, unnormalised)
-                            for h in range(K):
-                                tm[K] += acc[h] * E[o + h]
-                        for h in range(K):
-                            A[o + h] = acc[h]
-                            G[o + h] = alpha[h] + acc[h]
+                            ent += A[h, u] * E[h, u]
+                    tm[K] += ent
+            for h in range(K):
                 for u in range(nt):
+                    gamma_out[h, t0 + u] = G[h, u]
+                    phisum[h, t0 + u] = A[h, u]
+            if collect:
+                # row terms of the bound and alpha's statistic at the final gamma: psi
+                # and lnGamma of the tile's gamma and of its row sums, in one loop
+                for u in range(T):
+                    sg = 0.0
                     for h in range(K):
-                        gamma_out[h, t0 + u] = G[u * K + h]
-                        phisum[h, t0 + u] = A[u * K + h]
-                if collect:
-                    # row terms of the bound and alpha's statistic at the final gamma: psi
-                    # and lnGamma of the tile's gamma and of its row sums, in one loop
-                    for u in range(nt):
-                        sg = 0.0
-                        for h in range(K):
-                            sg += G[u * K + h]
-                        G[n + u] = sg
-                    for e in range(n + nt):
-                        P[e], LG[e] = _psi_lgamma(G[e])
-                    q = 0.0
-                    lgs = 0.0
-                    for u in range(nt):
-                        lgs -= LG[n + u]
-                        for h in range(K):
-                            e = u * K + h
-                            ev = P[e] - P[n + u]
-                            tm[h] += ev
-                            q += (A[e] - G[e]) * ev
-                            lgs += LG[e]
-                    tm[K + 1] += q
-                    tm[K + 2] += lgs
-
-    return estep
+                        sg += G[h, u]
+                    G[K, u] = sg
+                for h in range(K + 1):
+                    for u in range(T):
+                        P[h, u], LG[h, u] = _psi_lgamma(G[h, u])
+                q = 0.0
+                lgs = 0.0
+                for u in range(nt):
+                    lgs -= LG[K, u]
+                    for h in range(K):
+                        ev = P[h, u] - P[K, u]
+                        tm[h] += ev
+                        q += (A[h, u] - G[h, u]) * ev
+                        lgs += LG[h, u]
+                tm[K + 1] += q
+                tm[K + 2] += lgs
 
 
-_KERNELS: dict = {}
 _POOL: list = []
-
-
-def kernel_for(K: int):
-    """The compiled kernel for ``K`` clusters (compiled lazily, once per K and dtype)."""
-    kern = _KERNELS.get(K)
-    if kern is None:
-        kern = _KERNELS[K] = _make_kernel(int(K))
-    return kern
 
 
 def _pool():
@@ -345,9 +358,10 @@ def run_estep(alpha, betaT, idx, mask, gamma, n_iter, collect, n_threads=1):
     terms = np.zeros((n_blocks, K + N_TERMS))
     has_mask = mask is not None
     m = mask if has_mask else np.zeros((1, 1), dtype=dt)
-    kern = kernel_for(K)
+    kern = estep
     args = (np.ascontiguousarray(alpha, dtype=np.float64), betaT, idx, m, has_mask, gamma,
-            gamma_out, phisum, int(n_iter), bool(collect), dt.type(1), block, stats, terms)
+            gamma_out, phisum, int(n_iter), bool(collect), dt.type(1), block, TILE, stats,
+            terms)
     n_threads = max(1, min(int(n_threads), n_blocks))
     if n_threads == 1:
         kern(*args, 0, n_blocks)

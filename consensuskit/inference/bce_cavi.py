@@ -517,9 +517,14 @@ def _have_numba() -> bool:
     return True
 
 
-def _e_step_numba(alpha, beta, data, gamma, n_iter, collect, n_jobs=None):
-    """:func:`e_step` by the fused kernel; returns its 5 outputs and the :class:`RowTerms`."""
-    from ._bce_numba import run_estep
+def _e_step_numba(alpha, beta, data, gamma, n_iter, collect, n_jobs=None, run_estep=None):
+    """:func:`e_step` by the fused kernel; returns its 5 outputs and the :class:`RowTerms`.
+
+    ``run_estep``: the kernel's entry point (default :func:`_bce_numba.run_estep`; a
+    benchmark passes an earlier version of it).
+    """
+    if run_estep is None:
+        from ._bce_numba import run_estep
 
     if gamma.device.type != "cpu":
         raise ValueError("backend='numba' needs CPU tensors")
