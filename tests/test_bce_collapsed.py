@@ -58,6 +58,18 @@ def test_recursion_equals_brute_force_sum_with_missing_labels():
         np.testing.assert_allclose(mem[i].numpy(), m, rtol=0, atol=1e-10)
 
 
+def test_blocks_of_rows_give_the_same_values(monkeypatch):
+    from consensuskit.models import bce_marginal
+
+    alpha, betas = _tiny()
+    d = BCERowMarginal(alpha, bce.pad_beta(betas))
+    whole = d.log_prob(ROWS), d.membership(ROWS)
+    S = n_count_states(len(betas), len(alpha))
+    monkeypatch.setattr(bce_marginal, "_BLOCK_ELEMENTS", 2 * S)  # blocks of 2 rows
+    np.testing.assert_allclose(d.log_prob(ROWS), whole[0], rtol=1e-14)
+    np.testing.assert_allclose(d.membership(ROWS), whole[1], rtol=1e-14)
+
+
 def test_recursion_matches_uncollapsed_spec_likelihood_weighting():
     """Exact per-row log p(x_i) within 4 SE of the uncollapsed spec's pointwise estimate."""
     n_labels = [3, 4, 3, 5, 3, 4]

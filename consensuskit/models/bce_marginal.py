@@ -42,6 +42,8 @@ __all__ = ["BCERowMarginal", "count_states", "MAX_STATES"]
 MAX_STATES = 20_000
 """Largest number of count-vector states :class:`BCERowMarginal` accepts (``C(M+K, K)``)."""
 
+_BLOCK_ELEMENTS = 2**22  # rows x states per block of the recursion (about 32 MB per array)
+
 
 def n_count_states(max_level: int, n_clusters: int) -> int:
     """``C(max_level + K, K)``: count vectors in N^K with ``|n| <= max_level``."""
@@ -104,7 +106,8 @@ class BCERowMarginal(TorchDistribution):
 
     Event shape (M,): a row of labels, ``-1`` where missing (missing labels are summed out
     in :meth:`log_prob`; :meth:`sample` draws complete rows).  Batch shape () (the rows plate
-    expands it).
+    expands it); ``alpha`` and ``beta`` carry no batch dimensions (one parameter point per
+    distribution: no vectorised particles or ``Predictive(parallel=True)``).
     """
 
     arg_constraints = {"alpha": constraints.positive}
@@ -173,7 +176,15 @@ class BCERowMarginal(TorchDistribution):
                 + torch.lgamma(A) - torch.lgamma(A + level))
 
     def _posterior_states(self, x):
-        """``log p(x_i)`` (n,) and ``p(n | x_i)`` (n, S)."""
+        """``log p(x_i)`` (n,) and ``p(n | x_i)`` (n, S), in blocks of rows (bounded memory)."""
+        S = n_count_states(*self.beta.shape[:2])
+        block = max(1, _BLOCK_ELEMENTS // S)
+        if x.shape[0] <= block:
+            return self._posterior_block(x)
+        parts = [self._posterior_block(x[i:i + block]) for i in range(0, x.shape[0], block)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+    def _posterior_block(self, x):
         w, log_norm, counts, level, V = self._final_state_weights(x)
         lp = self._log_polya(counts.to(self.alpha.dtype), level.to(self.alpha.dtype))
         on_level = level[None, :] == V[:, None]  # (n, S): the states a row can end in
