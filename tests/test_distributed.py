@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -308,3 +309,52 @@ def test_command_line(tmp_path, data, mode, launcher):
 
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["mode"] == mode and summary["n_workers"] == 3 and summary["n_iter"] >= 1
+
+
+# ------------------------------------------------------------------ as the single-process fit
+def _stalling_alpha(monkeypatch):
+    """Make every Newton solve for alpha report a stall and leave alpha where it was."""
+    real = cavi.update_alpha
+
+    def stalling(alpha, suff, n_rows, **kw):
+        _, info = real(alpha, suff, n_rows, **kw)
+        return alpha, dict(info, stalled=True)
+
+    monkeypatch.setattr(cavi, "update_alpha", stalling)
+
+
+@pytest.mark.parametrize("mode", ["row", "column", "row-sequential"])
+def test_stalled_alpha_steps_counted_and_bound_at_returned_state(data, mode, monkeypatch):
+    """``n_alpha_steps_rejected_`` with its warning and ``lower_bound_`` at the returned
+    state, as the single-process BCE (workers forked after the patch, so they stall too)."""
+    X, _, _ = data
+    _stalling_alpha(monkeypatch)
+    with pytest.warns(RuntimeWarning, match="Newton solve for alpha"):
+        ref = BCE(K, n_init=1, random_state=0, max_iter=N_ITER, tol=0.0).fit(X)
+    with pytest.warns(RuntimeWarning, match="Newton solve for alpha"):
+        fit = fit_distributed(X, K, n_workers=P, mode=mode, random_state=0, max_iter=N_ITER,
+                              tol=0.0, timeout=60, start_method="fork")
+    assert fit.n_alpha_steps_rejected_ == ref.n_alpha_steps_rejected_ == N_ITER
+    np.testing.assert_array_equal(fit.alpha_, np.ones(K))
+    # lower_bound_ is recomputed at the returned alpha, beta, gamma, not the last
+    # iteration's bound (whose phi came before the final M-step)
+    ens = Ensemble.from_labels(X)
+    at_state = cavi.bound_at(torch.as_tensor(fit.alpha_),
+                             torch.as_tensor(np.concatenate(fit.beta_, 1)),
+                             torch.as_tensor(fit.gamma_.T), ens.label_data(),
+                             smoothing=fit.smoothing)
+    assert fit.lower_bound_ == pytest.approx(at_state, rel=1e-12)
+    assert abs(fit.lower_bound_ - fit.lower_bounds_[-1]) > 1e-6 * abs(fit.lower_bound_)
+    if mode != "row-sequential":  # the exact modes equal the single-process fit
+        assert fit.lower_bound_ == pytest.approx(ref.lower_bound_, rel=1e-8)
+
+
+def test_distributed_normal_fit_reports_no_stalled_alpha_step(data):
+    X, _, ref = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        fit = fit_distributed(X, K, n_workers=P, mode="column", random_state=0,
+                              max_iter=N_ITER, tol=0.0, timeout=60)
+    assert fit.n_alpha_steps_rejected_ == ref.n_alpha_steps_rejected_ == 0
+    assert fit.lower_bound_ == pytest.approx(ref.lower_bound_, rel=1e-8)
+    assert abs(ref.lower_bound_ - ref.lower_bounds_[-1]) > 1e-6 * abs(ref.lower_bound_)

@@ -1,5 +1,7 @@
 """GBCE (Wang, Shan & Banerjee 2011, section 6): engine vs Pyro model, reduction to BCE, fits."""
 
+import warnings
+
 import numpy as np
 import pyro
 import pytest
@@ -374,3 +376,47 @@ def test_pyro_model_fits_with_svi():
     assert after < before - 1.0, (before, after)
     store = pyro.get_param_store()
     assert store["mu"].shape == (2, 2) and store["phi_features"].shape == (2, 4, 2)
+
+
+def _one_value_cluster(seed=0, n=40):
+    """Two planted clusters; every row of the first has feature value exactly 0."""
+    rng = np.random.default_rng(seed)
+    z = np.repeat([0, 1], n // 2)
+    X = np.column_stack([np.where(rng.random(n) < 0.9, z, 1 - z) for _ in range(4)])
+    F = np.where(z == 0, 0.0, rng.normal(5.0, 1.0, n))[:, None]
+    return X, F
+
+
+def test_update_gaussian_counts_floored_variances():
+    W = torch.tensor([[2.0, 0.0]], dtype=torch.float64)
+    S1 = torch.tensor([[2.0, 0.0]], dtype=torch.float64)  # one value (1.0) twice
+    S2 = torch.tensor([[2.0, 0.0]], dtype=torch.float64)
+    center, spread = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    prev = torch.full((1, 2), 3.0, dtype=torch.float64)
+    mu, var, n = gbce_cavi.update_gaussian(W, S1, S2, center, spread, 0.0, mu=prev,
+                                           sigma2=prev, return_floored=True)
+    assert n == 1  # the empty cluster (W = 0) keeps its old value and is not counted
+    assert float(var[0, 0]) == torch.finfo(torch.float64).tiny and float(var[0, 1]) == 3.0
+    _, _, n = gbce_cavi.update_gaussian(W, S1, S2, center, spread, 0.5, return_floored=True)
+    assert n == 0
+
+
+def test_gbce_counts_and_warns_floored_variances():
+    X, F = _one_value_cluster()
+    with pytest.warns(RuntimeWarning, match="feature variance update"):
+        m = GBCE(2, feature_smoothing=0.0, n_init=1, max_iter=20, random_state=0).fit(
+            X, features=F)
+    assert m.n_variance_floored_ > 0
+    assert np.min(m.sigma2_) == np.finfo(np.float64).tiny
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        m = GBCE(2, n_init=1, max_iter=20, random_state=0).fit(X, features=F)
+    assert m.n_variance_floored_ == 0 and np.min(m.sigma2_) > 1e-6
+
+
+def test_gbce_rejects_the_label_only_iw_refinement():
+    X, F = _one_value_cluster()
+    with pytest.raises(ValueError, match="does not support alpha_estimate='iw'"):
+        GBCE(2, alpha_estimate="iw").fit(X, features=F)
+    with pytest.raises(ValueError, match="alpha_estimate"):
+        GBCE(2, alpha_estimate="bogus").fit(X, features=F)

@@ -12,7 +12,12 @@ from scipy import stats
 
 from consensuskit.ensemble import Ensemble
 from consensuskit.estimators.nbce import NBCE
-from consensuskit.inference.nbce_cvb import CVB, cvb_approx_bound, cvb_expected_counts
+from consensuskit.inference.nbce_cvb import (
+    CVB,
+    cvb_approx_bound,
+    cvb_expected_counts,
+    leave_one_out,
+)
 from consensuskit.inference.nbce_gibbs import (
     GibbsState,
     _seed,
@@ -268,6 +273,43 @@ def test_cvb_runs_both_priors_and_converges(rng):
                   generator=torch.Generator().manual_seed(0)).run(max_iter=300, tol=1e-6).best
         assert out.converged
         np.testing.assert_allclose(out.params.gamma.sum(1).numpy(), 1.0)
+
+
+def test_leave_one_out_counts_only_clamps_beyond_roundoff():
+    total = torch.tensor([[3.0, 0.5, 1e-20, 2.0]], dtype=torch.float64)
+    own = torch.tensor([[1.0, 0.8, 1e-20 + 1e-13, 2.5]], dtype=torch.float64)
+    out, n, amount = leave_one_out(total, own, roundoff=1e-12)
+    np.testing.assert_array_equal(out.numpy(), [[2.0, 0.0, 0.0, 0.0]])
+    assert n == 2 and amount == pytest.approx(0.5)  # -1e-13 is within round-off
+    out, n, amount = leave_one_out(total[:, :1], own[:, :1], roundoff=1e-12)
+    assert n == 0 and amount == 0.0 and float(out) == 2.0
+
+
+def _cvb_fit(X, **kw):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = NBCE(truncation=6, inference="cvb", max_iter=20, random_state=0, **kw).fit(X)
+    return est, [w for w in caught if "NBCE CVB" in str(w.message)]
+
+
+def test_cvb_counts_and_warns_once_when_running_counts_drift(rng, monkeypatch):
+    """Running label counts that drifted 2 below the exact ones: clamps are counted."""
+    ens = _tiny(rng, n=60, m=6)
+    est, warned = _cvb_fit(ens.codes)
+    assert est.n_clamped_ == 0 and est.max_clamped_ == 0.0 and not warned
+    init = CVB.init
+
+    def drifted(self, rng=None, run=0):
+        state = init(self, rng, run)
+        state.Nkl = state.Nkl - 2.0
+        return state
+
+    monkeypatch.setattr(CVB, "init", drifted)
+    est, warned = _cvb_fit(ens.codes)
+    assert est.n_clamped_ > 0 and len(warned) == 1
+    assert str(est.n_clamped_) in str(warned[0].message)
+    # the exact leave-one-out count is >= 0, so the drifted one is >= -2
+    assert 0.0 < est.max_clamped_ <= 2.0 + 1e-12
 
 
 # ---------------------------------------------------------------------------

@@ -338,6 +338,16 @@ class HGPA(ConsensusEstimator):
     fallback_reason_ : None, or why KaHyPar was not used.
     edge_cut_ : int, cut of the kept run (hyperedges cut for KaHyPar; point-cluster
         incidences cut for the METIS fallback).
+
+    Notes
+    -----
+    HGPA's objective, the number of cut hyperedges, carries little signal on noisy
+    ensembles: once every base cluster holds a few points of every group, the planted
+    partition cuts all hyperedges, and KaHyPar finds balanced partitions that cut
+    fewer (e.g. 30 of 39 against the planted 39, ARI 0.12, on 300 points with 15%
+    relabelling noise), whereas METIS on the star expansion, which counts cut
+    point-cluster incidences, recovers the groups (ARI 0.92).  This is the objective,
+    not the partitioner; on clean hypergraphs HGPA cuts nothing and is exact.
     """
 
     def __init__(self, n_clusters=2, *, imbalance=0.05, n_init=5, random_state=None):

@@ -60,6 +60,7 @@ def run_rank(comm, mode: str, ensemble: Ensemble, cfg: EMConfig, alpha0, beta0s,
     res = best.params
     out = WorkerResult(rank=comm.rank, lower_bounds=list(best.objectives), n_iter=best.n_iter,
                        converged=best.converged, degenerate=best.degenerate,
+                       n_alpha_rejected=int(res.n_alpha_rejected),
                        runs=[(r.objective, r.degenerate) for r in fit.runs],
                        messages=list(comm.log), seconds=seconds)
     if res.alpha is not None:

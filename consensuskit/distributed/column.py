@@ -48,7 +48,7 @@ from ..ensemble import LabelData
 from ..inference import bce_cavi as cavi
 from ..inference.driver import Engine
 from .comm import Comm
-from .common import EMConfig
+from .common import EMConfig, _flags, _read_flags
 from .row import drive_ranks
 
 __all__ = ["fit_columns", "ColumnCAVI", "COORDINATOR"]
@@ -72,13 +72,16 @@ def _beta_bound_part(beta, stats, smoothing):
 class ColumnState:
     """One rank's state: its columns' ``beta`` (K, L_p); on the coordinator also ``alpha``
     (K,) and ``gamma`` (K, N) (elsewhere ``alpha`` is None and ``gamma`` a receive buffer);
-    the bound and degeneracy flag every rank received from the coordinator."""
+    the bound and degeneracy flag every rank received from the coordinator, and the number
+    of iterations so far whose Newton solve for alpha stalled (alpha left unchanged; the
+    coordinator's count, which every rank receives)."""
 
     alpha: torch.Tensor | None
     beta: torch.Tensor
     gamma: torch.Tensor
     bound: float = math.nan
     degenerate: bool = False
+    n_alpha_rejected: int = 0
 
 
 class ColumnCAVI(Engine):
@@ -124,17 +127,19 @@ class ColumnCAVI(Engine):
         terms = torch.tensor([plogp_p, _beta_bound_part(beta, stats_p, cfg.smoothing)],
                              dtype=torch.float64)
         comm.reduce(terms, COORDINATOR, "column/bound_terms")
-        control = torch.zeros(2, dtype=torch.float64)  # (bound, degenerate)
+        control = torch.zeros(2, dtype=torch.float64)  # (bound, flags)
         if self.coord:
             suff = cavi.elog_dirichlet(gamma).sum(1)
-            alpha, _ = cavi.update_alpha(alpha, suff, self.N, tol=cfg.newton_tol,
-                                         ensure_ascent=True, alpha_cap=self.alpha_cap)
+            alpha, newton = cavi.update_alpha(alpha, suff, self.N, tol=cfg.newton_tol,
+                                              ensure_ascent=True, alpha_cap=self.alpha_cap)
             empty = torch.ones(K, 0, dtype=self.dtype)
             control[0] = cavi.lower_bound(alpha, empty, gamma, phi_sum, empty, float(terms[0]),
                                           smoothing=0.0) + float(terms[1])
-            control[1] = float(float(alpha.sum()) > self.alpha_cap)
+            control[1] = _flags(float(alpha.sum()) > self.alpha_cap, newton["stalled"])
         comm.broadcast(control, COORDINATOR, "column/control")
-        return ColumnState(alpha, beta, gamma, float(control[0]), bool(control[1] > 0))
+        degenerate, stalled = _read_flags(control[1])
+        return ColumnState(alpha, beta, gamma, float(control[0]), degenerate,
+                           state.n_alpha_rejected + int(stalled))
 
     def objective(self, state: ColumnState) -> float:
         return state.bound
@@ -169,7 +174,8 @@ def fit_columns(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, hook
     Messages: setup -- ``setup/n_rows`` (2,), ``setup/n_observed_rows`` (N,)
     reduce, ``setup/status`` (1,); per iteration -- ``inner_iter`` times
     ``column/gamma`` broadcast (K, N) and ``column/phi_sum`` reduce (K, N), then
-    ``column/bound_terms`` reduce (2,) and ``column/control`` broadcast (2,).
+    ``column/bound_terms`` reduce (2,) and ``column/control`` broadcast (2,): the bound
+    and the flags (degenerate, alpha's Newton solve stalled) as one number.
     """
     t0 = time.perf_counter(), time.process_time()
     K = cfg.n_clusters

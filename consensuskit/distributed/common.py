@@ -20,6 +20,17 @@ import numpy as np
 __all__ = ["EMConfig", "FaultHook", "WorkerResult", "progress"]
 
 
+def _flags(degenerate: bool, alpha_stalled: bool) -> float:
+    """Two flags of an iteration as one float of a control message (bit 0, bit 1)."""
+    return float(int(bool(degenerate)) + 2 * int(bool(alpha_stalled)))
+
+
+def _read_flags(x) -> tuple[bool, bool]:
+    """``(degenerate, alpha_stalled)`` from :func:`_flags`."""
+    v = int(round(float(x)))
+    return bool(v & 1), bool(v & 2)
+
+
 @dataclass
 class EMConfig:
     """Settings of one distributed variational-EM run (validated by the launcher).
@@ -102,6 +113,9 @@ class WorkerResult:
         The kept restart's objective after every iteration.
     n_iter : int
     converged, degenerate : bool
+    n_alpha_rejected : int
+        Iterations of the kept restart whose Newton solve for alpha stalled (alpha left
+        unchanged), as the single-process ``BCE.n_alpha_steps_rejected_``.
     runs : list of (float, bool)
         Final objective and degeneracy flag of every restart.
     messages : list of dict
@@ -120,6 +134,7 @@ class WorkerResult:
     n_iter: int = 0
     converged: bool = False
     degenerate: bool = False
+    n_alpha_rejected: int = 0
     runs: list = field(default_factory=list)
     messages: list = field(default_factory=list)
     seconds: dict = field(default_factory=dict)

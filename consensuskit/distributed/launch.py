@@ -316,7 +316,7 @@ def _assemble(est, outs, mode, ens: Ensemble, K: int, parts, dtype):
     """The workers' results as the fitted ``est`` (a BCE) with its ``distributed_`` record."""
     import torch
 
-    from ..inference.bce_cavi import CAVIState
+    from ..inference.bce_cavi import CAVIState, bound_at
     from ..inference.driver import Fit, Run
 
     N, M = ens.shape
@@ -332,13 +332,17 @@ def _assemble(est, outs, mode, ens: Ensemble, K: int, parts, dtype):
     if mode != "column":
         beta = [head.beta[j] for j in range(M)]
     as_t = lambda a: torch.as_tensor(np.asarray(a), dtype=dtype)  # noqa: E731
-    state = CAVIState(as_t(head.alpha), as_t(np.concatenate(beta, axis=1)), as_t(gamma.T))
+    state = CAVIState(as_t(head.alpha), as_t(np.concatenate(beta, axis=1)), as_t(gamma.T),
+                      n_alpha_rejected=head.n_alpha_rejected)
     best = Run(state, list(head.lower_bounds), head.n_iter, head.converged, head.degenerate)
     others = [Run(None, [obj], 0, degenerate=deg) for obj, deg in head.runs]
     fit = Fit(runs=others, best=best)
     est.ensemble_ = ens
     est.n_features_in_ = M
     est._set_fitted(ens, fit, torch.device("cpu"), dtype)
+    # as the single-process estimator: the bound at the returned alpha, beta and gamma
+    est.lower_bound_ = bound_at(state.alpha, state.beta, state.gamma,
+                                ens.label_data(dtype=dtype), smoothing=est.smoothing)
     est.distributed_ = CommRecord(mode=mode, n_workers=len(outs),
                                   messages=[o.messages for o in outs],
                                   seconds=[o.seconds for o in outs], assignment=list(parts))
@@ -466,6 +470,7 @@ def _cli_output(comm, args, res: WorkerResult, K: int) -> None:
             json.dump({"mode": args.mode, "n_workers": P, "alpha": res.alpha.tolist(),
                        "lower_bounds": res.lower_bounds, "n_iter": res.n_iter,
                        "converged": res.converged, "degenerate": res.degenerate,
+                       "n_alpha_steps_rejected": res.n_alpha_rejected,
                        "bytes_sent_rank0_fit": comm.bytes_sent("fit")}, fh, indent=1)
 
 
@@ -534,6 +539,8 @@ def main(argv=None) -> int:
         with open(args.summary, "w") as fh:
             json.dump({"mode": rec.mode, "n_workers": rec.n_workers,
                        "alpha": bce.alpha_.tolist(), "lower_bounds": bce.lower_bounds_,
+                       "lower_bound": bce.lower_bound_,
+                       "n_alpha_steps_rejected": bce.n_alpha_steps_rejected_,
                        "n_iter": bce.n_iter_, "converged": bce.converged_,
                        "degenerate": bce.degenerate_, "bytes_sent_fit": rec.bytes_sent()},
                       fh, indent=1)

@@ -46,7 +46,7 @@ from ..inference import bce_cavi as cavi
 from ..inference.driver import Engine
 from ..inference.driver import fit as drive
 from .comm import Comm
-from .common import EMConfig, progress
+from .common import EMConfig, _flags, _read_flags, progress
 
 __all__ = [
     "fit_rows_exact", "fit_rows_sequential", "row_setup", "drive_ranks", "RingCAVI",
@@ -151,13 +151,15 @@ def fit_rows_exact(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, h
 @dataclass
 class RingState:
     """A rank's parameters after a round of the heuristic (those of rank ``P-1``, the same
-    on every rank), its rows' ``gamma``, the summed local bounds and the degeneracy flag."""
+    on every rank), its rows' ``gamma``, the summed local bounds, the degeneracy flag and
+    the number of rounds so far in which some rank's Newton solve for alpha stalled."""
 
     alpha: torch.Tensor
     beta: torch.Tensor
     gamma: torch.Tensor
     bound: float = math.nan
     degenerate: bool = False
+    n_alpha_rejected: int = 0
 
 
 class RingCAVI(Engine):
@@ -177,14 +179,17 @@ class RingCAVI(Engine):
         self.dtype = data.n_observed_rows.dtype
         self.K, self.L = cfg.n_clusters, data.n_total_labels
 
-    def _pack(self, alpha, beta, acc, degenerate=0.0):
+    def _pack(self, alpha, beta, acc, stalled, degenerate=False):
         return torch.cat([alpha.to(torch.float64), beta.reshape(-1).to(torch.float64),
-                          torch.tensor([acc, degenerate], dtype=torch.float64)])
+                          torch.tensor([acc, _flags(degenerate, stalled)],
+                                       dtype=torch.float64)])
 
     def _unpack(self, buf):
+        """alpha, beta, summed bound, whether some rank's alpha solve stalled, degenerate."""
         K, L = self.K, self.L
+        degenerate, stalled = _read_flags(buf[-1])
         return (buf[:K].to(self.dtype), buf[K:K + K * L].reshape(K, L).to(self.dtype),
-                float(buf[-2]), bool(buf[-1] > 0))
+                float(buf[-2]), stalled, degenerate)
 
     def init(self, rng=None, run=0) -> RingState:
         alpha = torch.as_tensor(self.alpha0, dtype=self.dtype).clone()
@@ -194,29 +199,31 @@ class RingCAVI(Engine):
     def step(self, state: RingState, rng=None) -> RingState:
         comm, cfg, data = self.comm, self.cfg, self.data
         P, r = comm.world_size, comm.rank
-        alpha, beta, acc = state.alpha, state.beta, 0.0
+        alpha, beta, acc, stalled = state.alpha, state.beta, 0.0, False
         size = self.K + self.K * self.L + 2
         if r > 0:
             buf = torch.empty(size, dtype=torch.float64)
             comm.recv(buf, r - 1, "rowseq/params")
-            alpha, beta, acc, _ = self._unpack(buf)
+            alpha, beta, acc, stalled, _ = self._unpack(buf)
         gamma, phi_sum, stats_p, plogp_p, _, terms = cavi.e_step(
             alpha, beta, data, state.gamma, cfg.inner_iter, chunk_size=cfg.chunk_size,
             with_terms=True)
         suff_p = terms.suff.to(gamma.dtype)
         beta = cavi.update_beta(stats_p, data.offsets, cfg.smoothing)
-        alpha, _ = cavi.update_alpha(alpha, suff_p, data.n_rows, tol=cfg.newton_tol,
-                                     ensure_ascent=True, alpha_cap=self.alpha_cap)
+        alpha, newton = cavi.update_alpha(alpha, suff_p, data.n_rows, tol=cfg.newton_tol,
+                                          ensure_ascent=True, alpha_cap=self.alpha_cap)
+        stalled = stalled or newton["stalled"]
         acc += _local_bound(alpha, beta, gamma, phi_sum, stats_p, plogp_p, terms)
         if r < P - 1:
-            comm.send(self._pack(alpha, beta, acc), r + 1, "rowseq/params")
+            comm.send(self._pack(alpha, beta, acc, stalled), r + 1, "rowseq/params")
             end = torch.empty(size, dtype=torch.float64)
         else:
             lb = acc + cfg.smoothing * float(torch.log(beta).sum(dtype=torch.float64))
-            end = self._pack(alpha, beta, lb, float(float(alpha.sum()) > self.alpha_cap))
+            end = self._pack(alpha, beta, lb, stalled, float(alpha.sum()) > self.alpha_cap)
         comm.broadcast(end, P - 1, "rowseq/round")
-        alpha, beta, bound, degenerate = self._unpack(end)
-        return RingState(alpha, beta, gamma, bound, degenerate)
+        alpha, beta, bound, stalled, degenerate = self._unpack(end)
+        return RingState(alpha, beta, gamma, bound, degenerate,
+                         state.n_alpha_rejected + int(stalled))
 
     def objective(self, state: RingState) -> float:
         return state.bound
@@ -228,7 +235,8 @@ class RingCAVI(Engine):
         gamma, _, _, _, _ = cavi.e_step(state.alpha, state.beta, self.data, state.gamma,
                                         self.cfg.inner_iter, collect=False,
                                         chunk_size=self.cfg.chunk_size)
-        return cavi.CAVIState(state.alpha, state.beta, gamma, state.bound)
+        return cavi.CAVIState(state.alpha, state.beta, gamma, state.bound,
+                              n_alpha_rejected=state.n_alpha_rejected)
 
 
 def fit_rows_sequential(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s,
@@ -240,8 +248,8 @@ def fit_rows_sequential(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta
     sum of the ranks' local bounds, each at the parameters that rank produced.
 
     Messages per iteration: ``rowseq/params`` point-to-point from rank ``p`` to ``p+1``
-    (``P-1`` hops of ``K * (L + 1) + 2`` floats) and ``rowseq/round``, a broadcast of as
-    many floats from rank ``P-1``.
+    (``P-1`` hops of ``K * (L + 1) + 2`` floats: parameters, bound, flags) and
+    ``rowseq/round``, a broadcast of as many floats from rank ``P-1``.
 
     Returns
     -------

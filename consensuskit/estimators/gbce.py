@@ -126,7 +126,9 @@ class GBCE(BCE):
         ``tol``, ``n_init``, ``inner_iter``, ``init``, ``smoothing``,
         ``n_perplexity_samples``, ``random_state``, ``device``, ``dtype``, ``verbose``,
         ``callback``, ``checkpoint_path``, ``checkpoint_every``), with the same meaning
-        (the callback's ``state`` also holds ``mu`` and ``sigma2``).
+        (the callback's ``state`` also holds ``mu`` and ``sigma2``).  ``alpha_estimate``
+        must stay ``"meanfield"``: ``"iw"`` raises ValueError (it refines alpha and beta
+        on the labels alone, which would discard the features' contribution).
 
     Attributes
     ----------
@@ -144,6 +146,11 @@ class GBCE(BCE):
     lower_bound_, lower_bounds_ : float, list of float
         The weighted bound plus the smoothing log-priors (never decreases).
     n_iter_, converged_, degenerate_, n_degenerate_ : as in BCE
+    n_variance_floored_ : int
+        Feature variances ``sigma2_hf`` of the kept restart that eq. 17 set to 0 or below
+        (summed over its iterations: with ``feature_smoothing=0``, a cluster owning one
+        point or one repeated value) and that were raised to the smallest positive float;
+        the bound is then huge rather than +inf.  A warning says so when it is not 0.
 
     Notes
     -----
@@ -171,6 +178,12 @@ class GBCE(BCE):
         if self.inference != "cavi":
             raise ValueError(f"inference must be 'cavi' for GBCE (no SVI engine); "
                              f"got {self.inference!r}")
+        if self.alpha_estimate == "iw":
+            raise ValueError(
+                "GBCE does not support alpha_estimate='iw': that refinement maximises the "
+                "marginal likelihood of the labels alone, which would discard what the "
+                "features contributed to alpha and beta; use alpha_estimate='meanfield' "
+                "(or BCE(alpha_estimate='iw') for labels only)")
         if self.feature_likelihood != "gaussian":
             raise ValueError(f"feature_likelihood must be 'gaussian'; "
                              f"got {self.feature_likelihood!r}")
@@ -267,6 +280,13 @@ class GBCE(BCE):
         fit = self._drive(self._engine(ensemble, data, K, features=term), ensemble, rs, resume,
                           digest)
         state = self._set_fitted(ensemble, fit)
+        self.n_variance_floored_ = int(state.n_variance_floored)
+        if self.n_variance_floored_:
+            warnings.warn(
+                f"GBCE: {self.n_variance_floored_} feature variance update(s) gave 0 (a cluster "
+                "owning one point or one repeated value, feature_smoothing=0) and were raised "
+                "to the smallest positive float (n_variance_floored_); feature_smoothing > 0 "
+                "keeps them positive", RuntimeWarning, stacklevel=3)
         self._mu_t = state.mu.detach()
         self._sigma2_t = state.sigma2.detach()
         self._center, self._spread = center, spread

@@ -153,6 +153,16 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         Gibbs: the raw draws of :func:`consensuskit.inference.nbce_gibbs.gibbs_nbce`.
     alpha0_, beta_ : float
         Final (VB/CVB) or posterior-mean (Gibbs) hyper-parameters.
+    n_clamped_ : int
+        CVB: how many leave-one-out expected counts ``E N^{-i}`` (over all passes of the
+        run, entries of the (rows, clusters) and (rows, base clusterings, clusters)
+        count arrays) came out negative beyond round-off, through drift of the running
+        counts, and were raised to 0; a warning says so when it is not 0.  Negative
+        values within the round-off of the subtraction are set to their exact value 0
+        and not counted (:func:`consensuskit.inference.nbce_cvb.leave_one_out`).  0 for
+        Gibbs and VB.
+    max_clamped_ : float
+        CVB: the largest amount such a count was raised by (0.0 if none).
     lower_bound_, lower_bounds_, n_iter_, converged_
         VB: the ELBO (non-decreasing).  CVB: its first-order approximation
         (monitoring only, not guaranteed monotone).  For Gibbs only ``n_iter_``
@@ -263,6 +273,7 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         T = self._validate(ens)
         rs = check_random_state(self.random_state)
         self._idx_train = ens.offset_index()
+        self.n_clamped_, self.max_clamped_ = 0, 0.0
         if self.inference == "gibbs":
             self._fit_gibbs(ens, T, rs, resume)
         else:
@@ -371,6 +382,15 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
             run = CVB(self._idx_train, ens.n_labels, T, prior=self.prior, alpha0=self.alpha0,
                       beta=self.beta, **engine_kw).run(**drive_kw).best
             out = run.params
+            self.n_clamped_, self.max_clamped_ = int(out.n_clamped), float(out.max_clamped)
+            if self.n_clamped_:
+                warnings.warn(
+                    f"NBCE CVB: {self.n_clamped_} leave-one-out expected count(s) came out "
+                    f"negative beyond round-off (by up to {self.max_clamped_:.3g}: drift of "
+                    "the running counts) and were raised to 0 (n_clamped_, max_clamped_); "
+                    "dtype='float64' keeps the drift at round-off level",
+                    RuntimeWarning, stacklevel=4,
+                )
             self._log_pi, self._log_theta = predictive_parameters(
                 out.Nk.double().cpu().numpy(), out.Nkl.double().cpu().numpy(),
                 out.Nkm.double().cpu().numpy(), out.alpha0, out.beta,

@@ -629,6 +629,9 @@ class CAVIState:
         GBCE's feature Gaussians (None for BCE).
     n_alpha_rejected : int
         Iterations so far whose Newton solve for alpha stalled (alpha left unchanged).
+    n_variance_floored : int
+        GBCE: feature variances ``sigma2_hf`` raised to the smallest positive float so far
+        (summed over iterations; see :func:`consensuskit.inference.gbce_cavi.update_gaussian`).
     """
 
     alpha: torch.Tensor
@@ -638,6 +641,7 @@ class CAVIState:
     mu: torch.Tensor | None = None
     sigma2: torch.Tensor | None = None
     n_alpha_rejected: int = 0
+    n_variance_floored: int = 0
 
 
 def _identity_reduce(x, name):
@@ -666,7 +670,8 @@ class CAVI(Engine):
     features : object or None
         GBCE's feature term (:class:`consensuskit.inference.gbce_cavi.FeatureTerm`):
         label ``weights``, ``row_weights``, ``initial()``, ``e_term(mu, sigma2)``,
-        ``m_step(term, mu, sigma2)`` and ``bound(term, mu, sigma2)``.
+        ``m_step(term, mu, sigma2)`` (-> mu, sigma2, number of variances floored) and
+        ``bound(term, mu, sigma2)``.
     reduce : callable(tensor, name) -> tensor, or None
         Sums a tensor over the processes that hold the other rows (row-distributed EM:
         an all-reduce); None: this process holds every row.
@@ -733,9 +738,9 @@ class CAVI(Engine):
             buf = self.reduce(buf, "row/suffstats").to(self.dtype)
             stats, suff = buf[:K * L].reshape(K, L), buf[K * L:]
         beta = update_beta(stats, self.data.offsets, self.smoothing)
-        mu, sigma2 = state.mu, state.sigma2
+        mu, sigma2, n_floored = state.mu, state.sigma2, 0
         if term is not None:
-            mu, sigma2 = f.m_step(term, mu, sigma2)
+            mu, sigma2, n_floored = f.m_step(term, mu, sigma2)
         alpha, newton = update_alpha(state.alpha, suff, self.n_rows, tol=self.newton_tol,
                                      ensure_ascent=True, alpha_cap=self.alpha_cap)
         if self.reduce is None:
@@ -749,7 +754,8 @@ class CAVI(Engine):
         if term is not None:
             lb += f.bound(term, mu, sigma2)
         return CAVIState(alpha, beta, gamma, lb, mu, sigma2,
-                         state.n_alpha_rejected + int(newton["stalled"]))
+                         state.n_alpha_rejected + int(newton["stalled"]),
+                         state.n_variance_floored + n_floored)
 
     def objective(self, state) -> float:
         return state.bound

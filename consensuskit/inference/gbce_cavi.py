@@ -199,9 +199,13 @@ class FeatureTerm:
         return _FeaturePass(self, mu, sigma2) if self.n_features else None
 
     def m_step(self, term, mu, sigma2):
-        """Eqs. 16-17 from the statistics ``term`` accumulated (kept where a cluster is empty)."""
+        """Eqs. 16-17 from the statistics ``term`` accumulated (kept where a cluster is empty).
+
+        Returns ``mu``, ``sigma2`` and the number of variances raised to the smallest
+        positive float (see :func:`update_gaussian`).
+        """
         return update_gaussian(*term.stats, self.center, self.spread, self.smoothing,
-                               mu=mu, sigma2=sigma2)
+                               mu=mu, sigma2=sigma2, return_floored=True)
 
     def bound(self, term, mu, sigma2) -> float:
         """The features' share of the weighted bound, plus their smoothing log-prior."""
@@ -310,7 +314,8 @@ def feature_statistics(phi_f, y, fmask, feature_weight, center):
     return W, S1, S2
 
 
-def update_gaussian(W, S1, S2, center, spread, smoothing: float = 0.0, mu=None, sigma2=None):
+def update_gaussian(W, S1, S2, center, spread, smoothing: float = 0.0, mu=None, sigma2=None,
+                    return_floored: bool = False):
     """Paper eqs. 16-17 (weighted mean and variance), with ``smoothing`` pseudo-observations.
 
     Parameters
@@ -324,21 +329,30 @@ def update_gaussian(W, S1, S2, center, spread, smoothing: float = 0.0, mu=None, 
     mu, sigma2 : Tensor (K, D) or None
         Previous values, kept where ``W + nu == 0`` (an empty cluster without
         smoothing: the bound does not depend on them there).
+    return_floored : bool
+        Also return how many ``sigma2_hf`` of non-empty clusters came out below the
+        smallest positive float and were raised to it: with ``nu = 0`` a cluster that
+        owns one point or one repeated value (eq. 17 gives 0 and the bound +inf).
 
     Returns
     -------
     mu, sigma2 : Tensor (K, D)
+    n_floored : int, with ``return_floored``
     """
     den = W + smoothing
     empty = den <= 0
     safe = torch.where(empty, torch.ones_like(den), den)
     delta = S1 / safe
     var = (S2 - S1 * delta + smoothing * spread[None, :]) / safe
-    var = var.clamp_min(torch.finfo(var.dtype).tiny)
+    tiny = torch.finfo(var.dtype).tiny
+    n_floored = int(((var < tiny) & ~empty).sum()) if return_floored else 0
+    var = var.clamp_min(tiny)
     new_mu = center[None, :] + delta
     if mu is not None and bool(empty.any()):
         new_mu = torch.where(empty, mu, new_mu)
         var = torch.where(empty, sigma2, var)
+    if return_floored:
+        return new_mu, var, n_floored
     return new_mu, var
 
 

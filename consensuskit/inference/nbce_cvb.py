@@ -18,6 +18,12 @@ from the same expected counts, and the counts are refreshed after each block
 when the largest change of any ``gamma_ik`` in a pass is below ``tol`` (the
 paper's criterion).
 
+The expected counts are running sums refreshed after each block; a
+leave-one-out count (total minus the row's own share) that comes out negative
+is raised to 0, and counted when it is negative beyond the round-off of the
+subtraction, i.e. when the running totals have drifted
+(``CVBState.n_clamped``; the NBCE estimator warns and reports ``n_clamped_``).
+
 ``alpha0`` and ``beta`` stay fixed (the paper gives no update for CVB).
 
 Reported bound: ``L_CVB ≈ log p(x, E[z-counts] | alpha0, beta) + H[q(z)]`` —
@@ -39,7 +45,7 @@ import torch
 from ..models.nbce_priors import get_prior
 from .nbce_vb import Variational
 
-__all__ = ["CVB", "CVBState", "cvb_expected_counts", "cvb_approx_bound"]
+__all__ = ["CVB", "CVBState", "cvb_expected_counts", "cvb_approx_bound", "leave_one_out"]
 
 
 def cvb_expected_counts(X, Xt, O, gamma):
@@ -68,7 +74,11 @@ def cvb_approx_bound(Nk, Nkl, Nkm, gamma, alpha0, beta, prior, J):
 class CVBState:
     """q(z) = ``gamma`` (N, T), the expected counts ``Nk`` (T,), ``Nkl`` (T, L), ``Nkm``
     (T, M), the fixed hyper-parameters, the largest change of a responsibility in the last
-    pass and the approximate bound."""
+    pass and the approximate bound.
+
+    ``n_clamped`` counts the leave-one-out expected counts (``E N^{-i}``) of all passes so
+    far that came out negative beyond round-off and were raised to 0, ``max_clamped`` the
+    largest amount raised (see :func:`leave_one_out`)."""
 
     gamma: torch.Tensor
     Nk: torch.Tensor
@@ -78,6 +88,28 @@ class CVBState:
     beta: float
     delta: float = math.inf
     bound: float = math.nan
+    n_clamped: int = 0
+    max_clamped: float = 0.0
+
+
+def leave_one_out(total, own, roundoff):
+    """``total - own`` raised to 0 where negative, with how many were raised beyond round-off.
+
+    Exactly, ``total >= own`` (a total includes the row's own share), so a negative
+    difference is an error.  Down to ``-roundoff`` it is rounding (the row holds all of
+    that count; the engine uses ``64 eps N``, N the rows summed into a count), 0 is the
+    exact value and nothing is counted.  Beyond it the running totals have drifted from
+    ``sum_i gamma_i`` (they are refreshed after every block; in float32 by up to ~1e-1
+    on 5,000 rows) and raising to 0 is a fallback: those entries are counted.  Returns
+    the clamped tensor, the number counted and the largest amount counted (0.0 if none).
+    """
+    diff = total - own
+    if diff.numel() == 0 or float(diff.min()) >= 0.0:
+        return diff, 0, 0.0
+    beyond = diff < -roundoff
+    n = int(beyond.sum())
+    amount = -float(diff.min()) if n else 0.0
+    return diff.clamp_min(0.0), n, amount
 
 
 class CVB(Variational):
@@ -102,6 +134,8 @@ class CVB(Variational):
         self.Jb = self.J.to(self.dtype) * float(beta)
         self.prior, self.alpha0, self.beta = prior, alpha0, beta
         self.bs = max(1, int(block_size))
+        # rounding scale of a count summed over N rows (see leave_one_out)
+        self.roundoff = 64.0 * torch.finfo(self.dtype).eps * self.N
 
     def init(self, rng=None, run=0):
         gamma = self.initial_gamma()
@@ -112,15 +146,19 @@ class CVB(Variational):
         alpha0, beta, prior, M = self.alpha0, self.beta, self.prior, self.M
         gamma, Nk, Nkl, Nkm = state.gamma, state.Nk, state.Nkl, state.Nkm
         delta = 0.0
+        n_clamped, max_clamped = state.n_clamped, state.max_clamped
         for s in range(0, self.N, self.bs):
             rows = slice(s, min(self.N, s + self.bs))
             g_old = gamma[rows]  # (B, T)
             ob = self.O[rows]  # (B, M)
             ib = self.idx_t[rows]  # (B, M)
-            Nk_ = (Nk[None, :] - g_old).clamp_min(0.0)  # (B, T)
-            # (B, M, T): expected label counts without the row itself
-            lab = (Nkl.T[ib] - ob[:, :, None] * g_old[:, None, :]).clamp_min(0.0)
-            col = (Nkm.T[None, :, :] - ob[:, :, None] * g_old[:, None, :]).clamp_min(0.0)
+            own = ob[:, :, None] * g_old[:, None, :]  # (B, M, T)
+            # expected counts without the row itself: (B, T), and (B, M, T) per label / column
+            Nk_, c1, m1 = leave_one_out(Nk[None, :], g_old, self.roundoff)
+            lab, c2, m2 = leave_one_out(Nkl.T[ib], own, self.roundoff)
+            col, c3, m3 = leave_one_out(Nkm.T[None, :, :], own, self.roundoff)
+            n_clamped += c1 + c2 + c3
+            max_clamped = max(max_clamped, m1, m2, m3)
             ll = ob[:, :, None] * (torch.log(beta + lab) - torch.log(self.Jb[None, :, None] + col))
             logit = ll.sum(1)
             # log p(z_i = k | E[N^{-i}]); FSD's constant denominator cancels in softmax
@@ -136,7 +174,8 @@ class CVB(Variational):
             contrib = diff[:, None, :].expand(-1, M, -1)[ob.bool()]  # (n_obs, T)
             Nkl = Nkl.index_add(1, flat, contrib.T)
         bound = cvb_approx_bound(Nk, Nkl, Nkm, gamma, alpha0, beta, prior, self.J)
-        return CVBState(gamma, Nk, Nkl, Nkm, state.alpha0, state.beta, delta, bound)
+        return CVBState(gamma, Nk, Nkl, Nkm, state.alpha0, state.beta, delta, bound,
+                        n_clamped, max_clamped)
 
     def objective(self, state: CVBState) -> float:
         return state.bound
@@ -148,4 +187,4 @@ class CVB(Variational):
         # recompute the counts exactly to remove accumulated rounding
         Nk, Nkl, Nkm = cvb_expected_counts(self.X, self.Xt, self.O, state.gamma)
         return CVBState(state.gamma, Nk, Nkl, Nkm, state.alpha0, state.beta, state.delta,
-                        state.bound)
+                        state.bound, state.n_clamped, state.max_clamped)

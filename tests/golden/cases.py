@@ -33,6 +33,12 @@ def _features(seed=1, n=60):
     return rng.normal(size=(n, 2)) + z[:, None]
 
 
+def _bce_spec():
+    from consensuskit.models import bce
+
+    return bce.model
+
+
 def cases():
     """``(table, train, test)``: table maps a case name to (factory, fit keyword arguments)."""
     import consensuskit as ck
@@ -82,6 +88,29 @@ def cases():
         "HBGF": (lambda: ck.HBGF(n_clusters=3, random_state=0), {}),
         "EAC": (lambda: ck.EAC(n_clusters=3, random_state=0), {}),
         "QMI": (lambda: ck.QMI(n_clusters=3, random_state=0), {}),
+        "BCE_iw": (
+            lambda: ck.BCE(n_clusters=3, alpha_estimate="iw", random_state=0,
+                           n_perplexity_samples=50),
+            {},
+        ),
+        "BCE_svi_minibatch": (
+            lambda: ck.BCE(n_clusters=3, inference="svi", batch_size=16, max_iter=20, n_init=1,
+                           random_state=0, n_perplexity_samples=50),
+            {},
+        ),
+        "PyroConsensus_bce_svi": (
+            lambda: ck.PyroConsensus(_bce_spec(), n_clusters=3, random_state=0, num_steps=40,
+                                     n_posterior_draws=3, n_perplexity_samples=50),
+            {},
+        ),
+        "ResamplingConsensus": (
+            lambda: ck.ResamplingConsensus(k_range=(2, 4), n_resamples=10, random_state=0), {}),
+        "MajorityVote": (lambda: ck.MajorityVote(n_clusters=3, random_state=0), {}),
+        "IVC": (lambda: ck.IVC(n_clusters=3, n_init=3, random_state=0), {}),
+        "IPVC": (lambda: ck.IPVC(n_clusters=3, n_init=3, random_state=0), {}),
+        "MedoidConsensus": (lambda: ck.MedoidConsensus(n_clusters=3, random_state=0), {}),
+        "LeastSquaresConsensus": (
+            lambda: ck.LeastSquaresConsensus(n_clusters=3, n_init=3, random_state=0), {}),
     }
     return out, train, test
 
@@ -92,6 +121,14 @@ ATTRIBUTES = [
     "alpha_", "beta_", "theta_", "weights_", "gamma_", "objective_", "n_iter_",
     "n_clusters_",
 ]
+
+#: further fitted attributes recorded for one case (those of ATTRIBUTES are always tried)
+CASE_ATTRIBUTES = {
+    "PyroConsensus_bce_svi": ["losses_"],
+    "ResamplingConsensus": ["ks_", "area_", "delta_area_", "pac_", "cdf_"],
+    "MajorityVote": ["votes_", "reference_"],
+    "MedoidConsensus": ["medoid_", "dissimilarity_sums_"],
+}
 
 
 def run_case(name):
@@ -105,7 +142,7 @@ def run_case(name):
     factory, fit_kw = table[name]
     est = factory().fit(train, **fit_kw)
     values = {}
-    for attr in ATTRIBUTES:
+    for attr in ATTRIBUTES + CASE_ATTRIBUTES.get(name, []):
         v = getattr(est, attr, None)
         if v is None:
             continue
