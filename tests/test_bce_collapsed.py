@@ -149,6 +149,7 @@ def test_collapsed_spec_simulates_through_predictive():
     assert int(out["x"][..., 2].max()) <= 3 and int(out["x"].min()) >= 0
 
 
+@pytest.mark.slow  # NUTS with jit: a few s CPU, but 680 s wall on the loaded 2-core box
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_bce_nuts_uses_collapsed_spec_with_exact_scores():
     import consensuskit as ck
