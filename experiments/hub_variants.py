@@ -7,8 +7,10 @@ random labels); a quarter of the rows held out.
 
 Prints ``ck.compare`` (held-out perplexity ± SE, paired elpd difference to the best ± SE,
 PSIS-LOO where a fit has posterior draws) and ``az.compare`` on the models with posterior
-draws (NBCE's Gibbs draws; the variants' and, with ``--nuts``, MM's and BCE's NUTS
-draws, else the variants' variational draws), and the line counts of the user code.
+draws (NBCE's Gibbs draws, the variants' variational draws and, with ``--nuts``, MM's and
+BCE's NUTS draws: BCE's on its collapsed spec, so its log-likelihood per draw is exact),
+and the line counts of the user code.  With ``--nuts`` it also prints each NUTS fit's CPU
+time and the R-hat of its sorted weights.
 
     PYTHONPATH=. python experiments/hub_variants.py [--quick] [--nuts] [--figure out.png]
 """
@@ -62,9 +64,6 @@ def estimators(quick=False, nuts=False, seed=0):
     steps = 300 if quick else 1000
     hub = dict(n_clusters=K, random_state=seed, num_steps=steps, jit=True,
                n_posterior_draws=20 if quick else 100)
-    if nuts:
-        hub.update(inference="nuts", num_samples=100 if quick else 400,
-                   warmup_steps=100 if quick else 400, num_chains=2)
     est = {
         "MM": ck.MM(K, random_state=seed),
         "BCE": ck.BCE(K, random_state=seed),
@@ -73,11 +72,29 @@ def estimators(quick=False, nuts=False, seed=0):
         "BCE+alpha-hyperprior": ck.PyroConsensus(user_variants.bce_alpha_hyperprior, **hub),
         "BCE+reliability": ck.PyroConsensus(user_variants.bce_reliability, **hub),
     }
-    if nuts:
+    if nuts:  # BCE's NUTS samples the collapsed spec (theta and z summed out exactly)
         d = 100 if quick else 400
         est["MM(nuts)"] = ck.MM(K, inference="nuts", max_iter=d, n_init=2, random_state=seed)
         est["BCE(nuts)"] = ck.BCE(K, inference="nuts", max_iter=d, n_init=2, random_state=seed)
     return est
+
+
+def nuts_diagnostics(fitted):
+    """Split R-hat and bulk ESS of the label-invariant sum of each NUTS fit's first global
+    site (BCE: alpha; MM: pi sums to 1, so its sorted entries), and CPU seconds."""
+    import arviz as az
+
+    for name, est in fitted.items():
+        info = getattr(est, "mcmc_info_", None)
+        if info is None or not hasattr(est, "hub_"):
+            continue
+        site = "alpha" if "alpha" in est.hub_.all_samples_ else "pi"
+        v = np.sort(est.hub_.all_samples_[site], axis=-1)
+        stats = [f"{float(az.rhat(v[..., k])):.3f}/{float(az.ess(v[..., k])):.0f}"
+                 for k in range(v.shape[-1])]
+        form = getattr(est, "nuts_form_", "")
+        print(f"{name}: {form} spec, CPU {info['seconds']:.0f} s, divergences "
+              f"{info['divergences']}; sorted {site} R-hat/bulk ESS: {', '.join(stats)}")
 
 
 def main(quick=False, nuts=False, figure=None, seed=0):
@@ -92,6 +109,8 @@ def main(quick=False, nuts=False, figure=None, seed=0):
     fitted = table.attrs["estimators"]
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.round(4))
+    if nuts:
+        nuts_diagnostics(fitted)
     with_draws = {n: e.inference_data_ for n, e in fitted.items()
                   if np.asarray(e._log_likelihood_draws()).shape[1] > 1}
     with warnings.catch_warnings():

@@ -53,10 +53,16 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         Variational EM with closed-form updates, stochastic VI (Pyro) with the
         z-enumerated guide (:func:`consensuskit.models.bce.guide_enumerated`), or NUTS on
         the full Bayesian spec :func:`consensuskit.models.bce.model` (alpha ~ Gamma(1, 1),
-        beta_jh ~ Dirichlet(1), z enumerated) through :class:`~consensuskit.PyroConsensus`
-        (then ``max_iter`` is the number of draws and of warm-up steps per chain and
-        ``n_init`` the number of chains; ``alpha_``/``beta_`` are posterior means after
-        relabelling, the fitted hub is ``hub_``).
+        beta_jh ~ Dirichlet(1)) through :class:`~consensuskit.PyroConsensus` (then
+        ``max_iter`` is the number of draws and of warm-up steps per chain and ``n_init``
+        the number of chains; ``alpha_``/``beta_`` are posterior means after relabelling,
+        the fitted hub is ``hub_``).  NUTS samples the *collapsed* spec
+        (:func:`consensuskit.models.bce.model_collapsed`: ``theta`` and ``z`` summed out
+        exactly per row, so only ``alpha`` and ``beta`` are sampled, and memberships,
+        per-row log-likelihoods and perplexities are exact per draw) when its
+        ``C(M+K, K)`` count states are at most
+        :data:`~consensuskit.models.bce_marginal.MAX_STATES`; otherwise, with a warning,
+        the spec with ``theta`` sampled and ``z`` enumerated (``nuts_form_`` says which).
     max_iter : int, default 100
         EM iterations per restart (cavi) or epochs over the rows (svi).
     tol : float, default 1e-6
@@ -150,6 +156,9 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         was; a warning says so when it is not 0.
     stopped_ : bool
         True if the callback stopped the fit.
+    nuts_form_ : {"collapsed", "theta"}
+        ``inference="nuts"``: the spec NUTS sampled (see ``inference``);
+        ``n_count_states_`` is ``C(M+K, K)``.
     """
 
     def __init__(self, n_clusters=2, *, inference="cavi", max_iter=100, tol=1e-6, n_init=3,
@@ -363,8 +372,20 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
 
     def _fit_nuts(self, ensemble):
         from ..models import bce as spec
+        from ..models.bce_marginal import MAX_STATES, n_count_states
 
-        hub = self._fit_on_hub(ensemble, spec.model, inference="nuts",
+        K, M = int(self.n_clusters), ensemble.n_partitions
+        self.n_count_states_ = n_count_states(M, K)
+        collapsed = self.n_count_states_ <= MAX_STATES
+        self.nuts_form_ = "collapsed" if collapsed else "theta"
+        if not collapsed:
+            warnings.warn(
+                f"BCE(inference='nuts'): the exact row marginal needs C(M+K, K) = "
+                f"{self.n_count_states_} count states (> {MAX_STATES}); sampling theta per "
+                "row instead (the uncollapsed spec mixes slowly: check R-hat)",
+                RuntimeWarning, stacklevel=4)
+        model = spec.model_collapsed if collapsed else spec.model
+        hub = self._fit_on_hub(ensemble, model, inference="nuts",
                                num_samples=self.max_iter, warmup_steps=self.max_iter,
                                num_chains=self.n_init,
                                n_perplexity_samples=self.n_perplexity_samples)

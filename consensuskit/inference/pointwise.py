@@ -18,6 +18,11 @@ continuous local latent (MM, NBCE) one particle gives the exact value and zero e
 The same contraction, kept open over an enumerated membership site, gives its posterior
 (MM's ``z_i``); a continuous membership site (BCE's ``theta_i``) gets its
 importance-weighted posterior mean.
+
+A *collapsed* spec, whose rows plate holds only an observed site with the exact row
+marginal (:func:`consensuskit.models.bce.model_collapsed`), needs neither: its log density
+is the exact ``log p(x_i | globals)`` (zero variance), and if that row distribution has a
+``membership(value)`` method (n, K) it is the row's membership.
 """
 
 from __future__ import annotations
@@ -74,7 +79,8 @@ def site_roles(model, labels, model_kwargs, n_clusters=None) -> SiteRoles:
     """Trace ``model`` once on ``labels`` and sort its sample sites by role.
 
     The membership site is a row-local continuous site with event shape (K,) (e.g.
-    ``theta``), else an enumerated site in the rows plate alone with K values (``z``).
+    ``theta``), else an enumerated site in the rows plate alone with K values (``z``), else
+    an observed row site whose distribution has a ``membership`` method (a collapsed spec).
     """
     tr = poutine.trace(model).get_trace(labels, **model_kwargs)
     roles = SiteRoles([], [], [], [], 1, None)
@@ -104,7 +110,23 @@ def site_roles(model, labels, model_kwargs, n_clusters=None) -> SiteRoles:
             if _frames(tr.nodes[name]) == [ROWS]:
                 roles.membership = name
                 break
+        else:
+            for name in roles.observed:
+                if _row_membership(tr.nodes[name]["fn"]) is not None:
+                    roles.membership = name
+                    break
     return roles
+
+
+def _row_membership(fn):
+    """The ``membership(value)`` method of an observed row distribution (a collapsed spec's,
+    e.g. :class:`~consensuskit.models.bce_marginal.BCERowMarginal`), through Pyro's
+    expand/mask wrappers; None if it has none."""
+    while fn is not None:
+        if callable(getattr(fn, "membership", None)):
+            return fn.membership
+        fn = getattr(fn, "base_dist", None)
+    return None
 
 
 def _score_chunk(model, labels, globals_, model_kwargs, roles, num_particles, membership):
@@ -150,7 +172,11 @@ def _score_chunk(model, labels, globals_, model_kwargs, roles, num_particles, me
     lw = particles_by_rows(lw).double()  # (S, n)
     ll, ll_var = logmeanexp_rows(lw)
     m = None
-    if membership in roles.locals:
+    if membership in roles.observed:  # exact, from the row distribution
+        site = tr.nodes[membership]
+        m = _row_membership(site["fn"])(site["value"]).detach().double()
+        m = m.reshape(-1, n, m.shape[-1])[0]
+    elif membership in roles.locals:
         v = tr.nodes[membership]["value"]
         v = v.reshape(S, n, v.shape[-1]).double()
         w = torch.softmax(lw, 0)

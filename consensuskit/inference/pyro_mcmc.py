@@ -21,8 +21,11 @@ __all__ = ["fit_nuts"]
 
 def fit_nuts(model, labels, *, model_kwargs, num_samples=500, warmup_steps=500, num_chains=2,
              max_plate_nesting=2, jit=True, target_accept_prob=0.8, max_tree_depth=8,
-             seed=None, progress=False):
+             full_mass=False, seed=None, progress=False):
     """Run ``num_chains`` NUTS chains on ``model(labels, **model_kwargs)``.
+
+    ``full_mass``: adapt a dense mass matrix in warm-up (Pyro's ``full_mass``) instead of a
+    diagonal one.
 
     Returns
     -------
@@ -38,7 +41,7 @@ def fit_nuts(model, labels, *, model_kwargs, num_samples=500, warmup_steps=500, 
         pyro.set_rng_seed(int(rs.integers(2**31 - 1)))
         kernel = NUTS(model, max_plate_nesting=max_plate_nesting, jit_compile=jit,
                       ignore_jit_warnings=True, target_accept_prob=target_accept_prob,
-                      max_tree_depth=max_tree_depth)
+                      max_tree_depth=max_tree_depth, full_mass=full_mass)
         mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps,
                     num_chains=1, disable_progbar=not progress)
         mcmc.run(labels, **model_kwargs)

@@ -44,9 +44,10 @@ from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
 from ._convention import check_labels, rows_plate
+from .bce_marginal import MAX_STATES, BCERowMarginal
 
-__all__ = ["model", "guide_meanfield", "guide_enumerated", "pad_beta", "unpad_beta",
-           "label_mask", "point_parameters", "read_point_parameters", "site_names",
+__all__ = ["model", "model_collapsed", "guide_meanfield", "guide_enumerated", "pad_beta",
+           "unpad_beta", "label_mask", "point_parameters", "read_point_parameters", "site_names",
            "MAX_PLATE_NESTING"]
 
 MAX_PLATE_NESTING = 2
@@ -124,6 +125,28 @@ def _as_padded(beta, n_labels, dtype, device):
     return torch.as_tensor(beta, dtype=dtype, device=device)
 
 
+def _global_sites(n_labels, n_clusters, alpha, beta, alpha_prior, label_prior, dev):
+    """``alpha`` (K,) and padded ``beta`` (M, K, k_max): given, or sampled from their priors."""
+    K = int(n_clusters)
+    if alpha is None:
+        if alpha_prior is None:
+            one = torch.ones(K, dtype=torch.get_default_dtype(), device=dev)
+            alpha_prior = dist.Gamma(one, one).to_event(1)
+        alpha = pyro.sample("alpha", alpha_prior)
+    alpha = torch.as_tensor(alpha, device=dev)
+    if not alpha.is_floating_point():
+        alpha = alpha.to(torch.get_default_dtype())
+    dtype = alpha.dtype  # a conditioned or given alpha sets the precision of the program
+    if beta is None:
+        conc = torch.as_tensor(label_prior, dtype=dtype, device=dev)
+        blocks = []
+        with pyro.plate("components", K, dim=-1):
+            for j, kj in enumerate(np.asarray(n_labels)):
+                blocks.append(pyro.sample(f"beta_{j}", dist.Dirichlet(conc.expand(int(kj)))))
+        return alpha, pad_beta(blocks)
+    return alpha, _as_padded(beta, n_labels, dtype, dev)
+
+
 def model(labels=None, *, n_labels, n_clusters, n_rows=None, alpha=None, beta=None,
           alpha_prior=None, label_prior=1.0, subsample_size=None, subsample=None,
           **guide_kwargs):
@@ -164,25 +187,8 @@ def model(labels=None, *, n_labels, n_clusters, n_rows=None, alpha=None, beta=No
     plate rows; ``z`` (M, n) enumerable; ``x`` (M, n), observed and masked where missing.
     """
     labels, N_data, M, dev = check_labels(labels, n_labels, n_rows)
-    K = int(n_clusters)
-    if alpha is None:
-        if alpha_prior is None:
-            one = torch.ones(K, dtype=torch.get_default_dtype(), device=dev)
-            alpha_prior = dist.Gamma(one, one).to_event(1)
-        alpha = pyro.sample("alpha", alpha_prior)
-    alpha = torch.as_tensor(alpha, device=dev)
-    if not alpha.is_floating_point():
-        alpha = alpha.to(torch.get_default_dtype())
-    dtype = alpha.dtype  # a conditioned or given alpha sets the precision of the program
-    if beta is None:
-        conc = torch.as_tensor(label_prior, dtype=dtype, device=dev)
-        blocks = []
-        with pyro.plate("components", K, dim=-1):
-            for j, kj in enumerate(np.asarray(n_labels)):
-                blocks.append(pyro.sample(f"beta_{j}", dist.Dirichlet(conc.expand(int(kj)))))
-        beta = pad_beta(blocks)
-    else:
-        beta = _as_padded(beta, n_labels, dtype, dev)
+    alpha, beta = _global_sites(n_labels, n_clusters, alpha, beta, alpha_prior, label_prior,
+                                dev)
     j_index = torch.arange(M, device=dev)[:, None]  # (M, 1)
     with rows_plate(labels, n_rows, subsample_size, subsample, dev) as (_, x):
         theta = pyro.sample("theta", dist.Dirichlet(alpha))  # (n, K)
@@ -195,6 +201,28 @@ def model(labels=None, *, n_labels, n_clusters, n_rows=None, alpha=None, beta=No
             with poutine.mask(mask=xt >= 0):
                 pyro.sample("x", dist.Categorical(probs), obs=xt.clamp(min=0))
     return x
+
+
+def model_collapsed(labels=None, *, n_labels, n_clusters, n_rows=None, alpha=None,
+                    beta=None, alpha_prior=None, label_prior=1.0, subsample_size=None,
+                    subsample=None, max_states=MAX_STATES, **guide_kwargs):
+    """The BCE process with ``theta_i`` and ``z_i`` summed out exactly: one site per row.
+
+    Same arguments, global sites (``alpha``, ``beta_{j}``) and priors as :func:`model`;
+    inside the ``"rows"`` plate the only site is ``"x"`` (n, M), observed with
+    :class:`~consensuskit.models.bce_marginal.BCERowMarginal` (masked labels summed out),
+    so its log density is the exact ``log p(x_i | alpha, beta)``.  This is the form NUTS
+    samples (``alpha`` and ``beta`` only: no funnel in ``theta``), and its row distribution
+    gives the exact posterior membership ``E[theta_i | x_i]`` (``membership``).  Costs
+    ``C(M+K, K)`` count states per row (ValueError above ``max_states``).  Simulates when
+    ``labels`` is None (complete rows).
+    """
+    labels, N_data, M, dev = check_labels(labels, n_labels, n_rows)
+    alpha, beta = _global_sites(n_labels, n_clusters, alpha, beta, alpha_prior, label_prior,
+                                dev)
+    row = BCERowMarginal(alpha, beta, max_states=max_states)
+    with rows_plate(labels, n_rows, subsample_size, subsample, dev) as (_, x):
+        return pyro.sample("x", row, obs=x)
 
 
 def guide_meanfield(labels=None, *, n_labels, n_clusters, n_rows=None, alpha=None,
