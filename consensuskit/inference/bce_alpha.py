@@ -326,62 +326,27 @@ def _to_cpu64(data):
                    n_labels=data.n_labels)
 
 
-def _count_vectors(K: int, V: int) -> np.ndarray:
-    """Every ``n`` in ``N^K`` with ``sum(n) <= V``, as an (S, K) int64 array (0 first)."""
-    from itertools import combinations_with_replacement
-
-    out = [np.zeros(K, dtype=np.int64)]
-    for s in range(1, V + 1):
-        out.extend(np.bincount(c, minlength=K) for c in combinations_with_replacement(range(K), s))
-    return np.asarray(out)
-
-
 def exact_log_marginal(alpha, beta, data, max_states: int = 200_000):
     """``log p(x_i | alpha, beta)`` of every row, exactly (for small K and M only).
 
-    ``p(x_i) = sum_n c_i(n) E_Dir(alpha)[prod_h theta_h^n_h]`` where ``c_i(n)`` sums
-    ``prod_j beta_j(z_ij, x_ij)`` over the assignments with counts ``n``; ``c_i`` is
-    built one base clustering at a time over all count vectors with
-    ``sum(n) <= max_i V_i`` (``C(V + K, K)`` of them), so the cost is
-    ``O(N M K C(V + K, K))``.  Independent of the samplers above: tests and
-    experiments use it as the reference.
+    The row distribution of BCE's collapsed spec,
+    :class:`consensuskit.models.bce_marginal.BCERowMarginal` (theta and z summed out by
+    a recursion over the count vectors of z, ``C(M + K, K)`` of them), evaluated at the
+    engines' packed ``beta`` (K, L) and :class:`LabelData`.  Independent of the samplers
+    above: tests and experiments use it as the reference.
 
     Returns
     -------
     Tensor (N,) float64
     """
-    from scipy.special import gammaln
+    from ..models.bce import pad_beta
+    from ..models.bce_marginal import BCERowMarginal
 
-    a = alpha.detach().cpu().double().numpy()
-    K = a.size
-    b = beta.detach().cpu().double().numpy()
-    idx = data.idx.cpu().numpy()  # (M, N), L where missing
-    mask = None if data.mask is None else data.mask.cpu().numpy() > 0
-    V = int(data.n_observed_rows.max())
-    if math.comb(V + K, K) > max_states:
-        raise ValueError(f"exact_log_marginal: {math.comb(V + K, K)} count vectors "
-                         f"(K={K}, up to {V} labels a row) exceed max_states={max_states}")
-    comp = _count_vectors(K, V)
-    where = {tuple(c): i for i, c in enumerate(comp)}
-    up = np.array([[where.get(tuple(c + np.eye(K, dtype=np.int64)[h]), -1) for c in comp]
-                   for h in range(K)])  # (K, S): index of n + e_h
-    N = idx.shape[1]
-    state = np.zeros((N, len(comp)))
-    state[:, 0] = 1.0
-    log_scale = np.zeros(N)
-    for j in range(idx.shape[0]):
-        obs = np.ones(N, bool) if mask is None else mask[j]
-        rows = np.flatnonzero(obs)
-        lik = b[:, idx[j, rows]].T  # (n, K)
-        new = np.zeros((rows.size, len(comp)))
-        for h in range(K):
-            src = np.flatnonzero(up[h] >= 0)
-            new[:, up[h, src]] += state[rows][:, src] * lik[:, h:h + 1]
-        scale = new.max(1)
-        state[rows] = new / scale[:, None]
-        log_scale[rows] += np.log(scale)
-    log_moment = (gammaln(a.sum()) - gammaln(a.sum() + comp.sum(1))
-                  + (gammaln(a + comp) - gammaln(a)).sum(1))
-    with np.errstate(divide="ignore"):
-        out = log_scale + np.logaddexp.reduce(np.log(state) + log_moment, axis=1)
-    return torch.as_tensor(out)
+    a = alpha.detach().cpu().double()
+    padded = pad_beta(beta.detach().cpu().double(), n_labels=data.n_labels)
+    off = torch.as_tensor(np.asarray(data.offsets[:-1], dtype=np.int64))[:, None]
+    labels = data.idx.cpu() - off  # (M, N), column-local codes
+    if data.mask is not None:
+        labels = labels.masked_fill(data.mask.cpu() == 0, -1)
+    with torch.no_grad():
+        return BCERowMarginal(a, padded, max_states=max_states).log_prob(labels.T)
