@@ -368,7 +368,6 @@ def _per_iteration(make, ens, its, repeats, min_seconds):
     one = _with_iters(make, 1)
     diffs, spent = [], 0.0
     while len(diffs) < repeats or spent < min_seconds:
-        torch.set_num_threads(1)  # an NBCE fit leaves torch on numba's thread count
         gc.collect()
         c_full = timed(lambda: make().fit(ens))[0]
         gc.collect()

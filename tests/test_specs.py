@@ -214,7 +214,7 @@ def test_nbce_recovers_its_parameters(prior, inference):
                       seed=1, prior=prior)
     assert set(np.unique(lat["z"])) == {0, 1, 2}
     m = ck.NBCE(truncation=T, prior=prior, inference=inference, n_samples=40, burn_in=40,
-                n_chains=1, n_jobs=1, random_state=0).fit(X)
+                n_chains=1, random_state=0).fit(X)
     w, est, top_rows = _nbce_estimates(m, X)
     assert top_rows >= 0.99 * len(X)
     true = [t[:3] for t in thetas]
