@@ -482,6 +482,12 @@ def test_exact_log_marginal_equals_brute_force_with_missing_entries():
                                         beta=[torch.tensor(b) for b in betas])
     np.testing.assert_allclose(lab.numpy(), [_brute_force_log_marginal(
         x, np.zeros(0), alpha, betas, mu, sigma2) for x in X[:2]], rtol=1e-10)
+    with pytest.raises(ValueError, match=r"C\(C\+K, K\) = 56 count states for M \+ D = 5"):
+        gbce_model.exact_log_marginal(torch.as_tensor(X), torch.as_tensor(F), n_labels=n_labels,
+                                      alpha=torch.tensor(alpha),
+                                      beta=[torch.tensor(b) for b in betas],
+                                      mu=torch.tensor(mu), sigma2=torch.tensor(sigma2),
+                                      max_states=50)
 
 
 def test_simulate_returns_labels_features_and_latents():
