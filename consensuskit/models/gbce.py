@@ -30,8 +30,9 @@ in the paper's ``q(z_ij | phi_ij)^{u_j}``).  A weight of 0 removes the site.
 With every ``w_f = 0`` and every ``u_j = 1`` the model is BCE.
 
 Missing labels (code ``-1``) and missing features (NaN) are masked with
-:func:`pyro.poutine.mask`: neither their ``z`` nor their value enters the
-log-joint or the guide.
+:func:`pyro.poutine.mask` at the observation only: their ``z`` stays in the model
+(summed out under enumeration, it contributes a factor of one) and the guide draws it
+from ``Categorical(theta_i)``, so neither the log-joint nor the ELBO counts it.
 
 Shapes (``N`` points, ``M`` base clusterings with ``k_j`` labels each,
 ``k_max = max_j k_j``, ``D`` features, ``K`` consensus clusters):
@@ -227,12 +228,14 @@ def _row_sites(g, label_weight, feature_weight, subsample_size, subsample):
     with rows_plate(g.labels, g.n_rows, subsample_size, subsample, g.dev) as (ind, x):
         theta = pyro.sample("theta", dist.Dirichlet(g.alpha))  # (n, K)
         x_mask = True if x is None else (x >= 0).T  # (M, n)
-        with pyro.plate("partitions", g.M, dim=-2) as j, \
-                poutine.scale(scale=u[:, None]), poutine.mask(mask=x_mask):
+        # only the observations are masked: a missing label's z then sums to one given
+        # theta under enumeration (masking z too would count each such label K times)
+        with pyro.plate("partitions", g.M, dim=-2) as j, poutine.scale(scale=u[:, None]):
             z = pyro.sample("z", dist.Categorical(theta), infer={"enumerate": "parallel"})
             probs = Vindex(g.beta)[j[:, None], z]
-            xt = pyro.sample("x", dist.Categorical(probs),
-                             obs=None if x is None else x.T.clamp(min=0))
+            with poutine.mask(mask=x_mask):
+                xt = pyro.sample("x", dist.Categorical(probs),
+                                 obs=None if x is None else x.T.clamp(min=0))
         if g.D is not None:
             w = _weights(feature_weight, g.D, dtype, g.dev, "feature_weight")
             o = plate_rows(g.features, ind, g.size, "features")
@@ -240,14 +243,13 @@ def _row_sites(g, label_weight, feature_weight, subsample_size, subsample):
                 o = o.to(dtype).T  # (D, n)
                 o_mask = ~torch.isnan(o)
                 o = torch.where(o_mask, o, torch.zeros_like(o))
-            with pyro.plate("features", g.D, dim=-2) as f, \
-                    poutine.scale(scale=w[:, None]), \
-                    poutine.mask(mask=True if o is None else o_mask):
+            with pyro.plate("features", g.D, dim=-2) as f, poutine.scale(scale=w[:, None]):
                 zf = pyro.sample("z_feature", dist.Categorical(theta),
                                  infer={"enumerate": "parallel"})
                 loc = Vindex(g.mu.T)[f[:, None], zf]
                 scale = Vindex(g.sigma2.T)[f[:, None], zf].sqrt()
-                pyro.sample("o", dist.Normal(loc, scale), obs=o)
+                with poutine.mask(mask=True if o is None else o_mask):
+                    pyro.sample("o", dist.Normal(loc, scale), obs=o)
     return xt.T if x is None else x
 
 
@@ -313,8 +315,11 @@ def guide(labels=None, *, n_labels, n_clusters, n_rows=None, features=None, n_fe
     **unused
         Model parameters passed to :func:`model` (ignored), so both share kwargs.
 
-    The per-row parameters are indexed by the rows plate's subsample.  Missing labels
-    and features are masked as in the model.
+    The per-row parameters are indexed by the rows plate's subsample.  For a missing
+    label or feature value the guide draws its ``z`` from ``Categorical(theta_i)``, the
+    model's conditional prior, so it adds exactly zero to the ELBO (as in
+    :func:`consensuskit.models.bce.guide_meanfield`): the ELBO is the paper's bound over
+    the observed entries.
     """
     features, D = _as_features(features, n_features, None)
     if labels is None and n_rows is None and features is not None:
@@ -332,10 +337,12 @@ def guide(labels=None, *, n_labels, n_clusters, n_rows=None, features=None, n_fe
                                                    device=dev), constraint=constraints.simplex)
     u = _weights(label_weight, M, dtype, dev, "label_weight")
     with rows_plate(labels, n_rows, subsample_size, subsample, dev) as (ind, x):
-        pyro.sample("theta", dist.Dirichlet(gamma.index_select(0, ind)))
-        with pyro.plate("partitions", M, dim=-2), poutine.scale(scale=u[:, None]), \
-                poutine.mask(mask=True if x is None else (x >= 0).T):
-            pyro.sample("z", dist.Categorical(phi.index_select(1, ind)))
+        theta = pyro.sample("theta", dist.Dirichlet(gamma.index_select(0, ind)))
+        with pyro.plate("partitions", M, dim=-2), poutine.scale(scale=u[:, None]):
+            q = phi.index_select(1, ind)  # (M, n, K)
+            if x is not None:
+                q = torch.where((x.T >= 0)[..., None], q, theta)
+            pyro.sample("z", dist.Categorical(q))
         if D is not None:
             if phi_features is None:
                 phi_features = pyro.param(
@@ -344,9 +351,11 @@ def guide(labels=None, *, n_labels, n_clusters, n_rows=None, features=None, n_fe
                     constraint=constraints.simplex)
             o = plate_rows(features, ind, size, "features")
             w = _weights(feature_weight, D, dtype, dev, "feature_weight")
-            with pyro.plate("features", D, dim=-2), poutine.scale(scale=w[:, None]), \
-                    poutine.mask(mask=True if o is None else ~torch.isnan(o).T):
-                pyro.sample("z_feature", dist.Categorical(phi_features.index_select(1, ind)))
+            with pyro.plate("features", D, dim=-2), poutine.scale(scale=w[:, None]):
+                q = phi_features.index_select(1, ind)  # (D, n, K)
+                if o is not None:
+                    q = torch.where(torch.isnan(o).T[..., None], theta, q)
+                pyro.sample("z_feature", dist.Categorical(q))
 
 
 def simulate(*, n_rows, n_labels, n_clusters, n_features, params=None, seed=None,
