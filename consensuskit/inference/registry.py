@@ -29,7 +29,12 @@ class FastPath:
     make_estimator : callable(**overrides) -> unfitted estimator that runs the engine
     to_spec : callable(fitted estimator) -> (model_kwargs, draws)
         ``draws``: dict global site -> tensor (D, ...) (D = 1 for a point estimate).
-    objective : callable(fitted estimator) -> (engine value, spec value, spec SE) or None
+    objective : callable(fitted estimator, **fit_kwargs) -> (engine value, spec value,
+        spec SE) or None
+    data : callable() -> (X_train, X_test, fit_kwargs) or None
+        The engine's own check data when labels alone do not fit it (GBCE's features go
+        in ``fit_kwargs``, passed to ``fit`` and to ``objective``); None: the check's
+        shared labels-only data.
     """
 
     family: str
@@ -38,6 +43,7 @@ class FastPath:
     make_estimator: Callable
     to_spec: Callable
     objective: Callable | None = None
+    data: Callable | None = None
 
 
 _REGISTRY: dict = {}
@@ -84,7 +90,7 @@ def _mm_to_spec(est):
     return kw, draws
 
 
-def _mm_objective(est):
+def _mm_objective(est, **fit_kwargs):
     from ..models import mm
 
     kw, draws = _mm_to_spec(est)
@@ -100,7 +106,7 @@ def _bce_to_spec(est):
     return kw, draws
 
 
-def _bce_objective(est, n_particles=2000, reps=4):
+def _bce_objective(est, n_particles=2000, reps=4, **fit_kwargs):
     """CAVI's reported bound vs the spec's ELBO under the paper's mean-field guide at the
     fitted (alpha, beta, gamma) and phi from one more phi-update at the fitted gamma."""
     import pyro
@@ -129,6 +135,28 @@ def _bce_objective(est, n_particles=2000, reps=4):
     # the engine's objective is the ELBO plus the smoothing pseudo-count term
     return (float(est.lower_bound_) - smooth, float(np.mean(vals)),
             float(np.std(vals, ddof=1) / np.sqrt(reps)))
+
+
+def _gbce_data():
+    """90 + 30 rows of GBCE's own data (labels and 2 features from its spec, alpha 0.2,
+    label distributions from Dirichlet(0.5)), 10% of the labels and 5% of the feature
+    values missing."""
+    from ..models import gbce
+
+    n_labels = [3, 3, 4, 2, 3]
+    X, F, _ = gbce.simulate(n_rows=120, n_labels=n_labels, n_clusters=3, n_features=2,
+                            params={"alpha": np.full(3, 0.2)}, seed=3, label_prior=0.5)
+    rs = np.random.default_rng(3)
+    X[rs.random(X.shape) < 0.1] = -1
+    X[(X < 0).all(1), 0] = 0
+    F[rs.random(F.shape) < 0.05] = np.nan
+    return X[:90], X[90:], dict(features=F[:90])
+
+
+def _gbce_to_spec(est):
+    """GBCE scores the labels with the features integrated out: the spec without
+    features at the fitted ``alpha`` and ``beta``."""
+    return _bce_to_spec(est)
 
 
 def _nbce_point_to_spec(est):
@@ -174,9 +202,10 @@ def _nbce_gibbs_to_spec(est):
 
 def _register_builtins():
     from ..estimators.bce import BCE
+    from ..estimators.gbce import GBCE
     from ..estimators.mm import MM
     from ..estimators.nbce import NBCE
-    from ..models import bce, mm, nbce
+    from ..models import bce, gbce, mm, nbce
 
     register_engine(FastPath("mm", "em", mm,
                              lambda **o: MM(n_clusters=3, random_state=0, **o),
@@ -193,6 +222,11 @@ def _register_builtins():
                              lambda **o: BCE(n_clusters=3, inference="svi", max_iter=100,
                                              n_init=1, random_state=0, **o),
                              _bce_to_spec))
+    register_engine(FastPath("gbce", "cavi", gbce,
+                             lambda **o: GBCE(n_clusters=3, label_weight=[2.0, 1, 1, 0.5, 1],
+                                              feature_weight=[1.0, 0.5], n_init=1, tol=1e-13,
+                                              max_iter=2000, random_state=0, **o),
+                             _gbce_to_spec, data=_gbce_data))
     for prior, engine in (("fsd", "vb"), ("tsb", "cvb")):
         register_engine(FastPath("nbce", f"{engine}-{prior}", nbce,
                                  lambda prior=prior, engine=engine, **o: NBCE(
