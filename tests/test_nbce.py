@@ -606,3 +606,22 @@ def test_pyro_guides_run_with_svi(prior, incomplete_labels):
     losses = [svi.step(*args, **kw) for _ in range(20)]
     assert np.all(np.isfinite(losses))
     assert np.mean(losses[-5:]) < np.mean(losses[:5])
+
+
+@pytest.mark.parametrize("prior", ["tsb", "fsd"])
+def test_gibbs_row_logliks_vectorised_equal_per_draw_loop(split_data, prior):
+    """The held-out row log-likelihoods, computed over blocks of draws and rows at once,
+    equal the per-draw computation (:meth:`_draw_loglik`), also in blocks smaller than the
+    data and when the per-draw counts are recomputed from z (not stored)."""
+    tr, te, _ = split_data
+    m = NBCE(30, prior=prior, n_samples=6, burn_in=5, n_chains=2, random_state=0).fit(tr)
+    idx = m.ensemble_.encode(te, unknown="missing").offset_index()
+    assert (idx < 0).any()  # missing labels are in play
+    loop = np.stack([m._draw_loglik(s, idx)[2] for s in range(12)])
+    np.testing.assert_allclose(m._row_logliks_gibbs(idx), loop, rtol=1e-12)
+    np.testing.assert_allclose(m._row_logliks_gibbs(idx, block_elements=7 * 30), loop,
+                               rtol=1e-12)
+    for key in ("label_counts", "col_counts"):
+        del m.samples_[key]
+    np.testing.assert_allclose(m._row_logliks_gibbs(idx, block_elements=100), loop,
+                               rtol=1e-12)

@@ -40,15 +40,16 @@ def predictive_parameters(Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
 
     Parameters
     ----------
-    Nk : (T,), Nkl : (T, L), Nkm : (T, M)
-        Cluster sizes, label counts, per-column observed counts (may be expected counts).
-    alpha0, beta : float
+    Nk : (..., T), Nkl : (..., T, L), Nkm : (..., T, M)
+        Cluster sizes, label counts, per-column observed counts (may be expected counts);
+        leading dimensions are a batch of draws.
+    alpha0 : float or (..., 1);  beta : float or (..., 1, 1)
     n_labels : (M,)
     prior : {"tsb", "fsd"}
 
     Returns
     -------
-    log_pi : (T,), log_theta : (T, L)
+    log_pi : (..., T), log_theta : (..., T, L)
         ``theta_kl = (beta + N_kl) / (k_j beta + N_kj)``; ``pi`` is the Dirichlet
         posterior mean (FSD) or the product of posterior stick means (TSB).
     """
@@ -56,7 +57,7 @@ def predictive_parameters(Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
     n_labels = np.asarray(n_labels)
     col_of = np.repeat(np.arange(n_labels.size), n_labels)
     theta = (beta + np.asarray(Nkl, dtype=np.float64)) / (
-        n_labels[col_of][None, :] * beta + np.asarray(Nkm, dtype=np.float64)[:, col_of]
+        n_labels[col_of] * beta + np.asarray(Nkm, dtype=np.float64)[..., col_of]
     )
     with np.errstate(divide="ignore"):
         return get_prior(prior).conditional_log_weights(Nk, alpha0), np.log(theta)
@@ -457,12 +458,45 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
             total = logsumexp(lj, axis=1)
         return lj, occ, total
 
-    def _row_logliks_gibbs(self, idx):
-        """(S, n) log p(x_i | draw s's posterior-mean parameters)."""
-        C, S = self.samples_["log_joint"].shape
-        out = np.empty((C * S, idx.shape[0]))
-        for s in range(C * S):
-            out[s] = self._draw_loglik(s, idx)[2]
+    def _row_logliks_gibbs(self, idx, block_elements=2**21):
+        """(S, n) log p(x_i | draw s's posterior-mean parameters), S = chains x draws.
+
+        Vectorised over blocks of draws and rows (at most ``block_elements`` entries of
+        draws x components x rows at a time): every component is scored, the empty ones
+        too (equal to :meth:`_draw_loglik`, which groups them, to rounding).
+        """
+        o = self.samples_
+        C, S = o["log_joint"].shape
+        D = C * S
+        T = o["counts"].shape[-1]
+        n = idx.shape[0]
+        n_labels = np.asarray(o["n_labels"])
+        counts = o["counts"].reshape(D, T)
+        a0 = np.asarray(o["alpha0"], dtype=np.float64).reshape(D, 1)
+        beta = np.asarray(o["beta"], dtype=np.float64).reshape(D, 1, 1)
+        obs = idx >= 0
+        safe = np.where(obs, idx, 0)
+        rows = max(1, min(n, block_elements // T))
+        draws = max(1, block_elements // (T * rows))
+        out = np.empty((D, n))
+        for d0 in range(0, D, draws):
+            ds = slice(d0, min(D, d0 + draws))
+            if "label_counts" in o:
+                Nkl = o["label_counts"].reshape(D, T, -1)[ds]
+                Nkm = o["col_counts"].reshape(D, T, -1)[ds]
+            else:  # too large to keep per draw: recompute from the draws' z
+                z = o["z"].reshape(D, -1)
+                Nkl, Nkm = (np.stack(a) for a in zip(*(
+                    draw_counts(self._idx_train, z[d], T, n_labels)
+                    for d in range(ds.start, ds.stop))))
+            lp, lt = predictive_parameters(counts[ds], Nkl, Nkm, a0[ds], beta[ds],
+                                           n_labels, o["prior"])
+            for r0 in range(0, n, rows):
+                rs = slice(r0, min(n, r0 + rows))
+                ll = np.repeat(lp[:, :, None], rs.stop - rs.start, axis=2)  # (d, T, r)
+                for j in range(idx.shape[1]):
+                    ll += np.where(obs[rs, j], lt[:, :, safe[rs, j]], 0.0)
+                out[ds, rs] = logsumexp(ll, axis=1)
         return out
 
     def _pointwise_log_likelihood(self, ensemble: Ensemble):
