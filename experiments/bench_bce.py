@@ -28,12 +28,15 @@ Sections (``--only`` picks some):
     max_iter=10)`` with its defaults, fit to fit at N = 2e4 and 1e5, and where BCE's
     time goes (k-means init, E-step kernel, the rest).
 ``scaling``
-    CPU seconds per iteration of BCE (EM), MM (EM) and NBCE (a Gibbs sweep: with the
-    default split-merge schedule, 20 proposals per sweep up to 1e4 rows then 2e5/N,
-    and with 2 per sweep) at N = 1e4, 1e5, 1e6 and the log-log slope: a fit of
-    ``--scaling-iters`` iterations minus a fit of one, divided by the difference in
-    iterations, median over at least ``--repeats`` back-to-back pairs and
-    ``--scaling-seconds`` of CPU.
+    CPU (and wall) seconds per iteration of BCE (EM), MM (EM) and NBCE (a Gibbs sweep
+    with NBCE's defaults -- 20 split-merge proposals per sweep, alpha0 and beta
+    sampled, truncation 20 -- and with 2 proposals) at N = 1e4, 1e5, 1e6 and the
+    log-log slope: a fit of ``--scaling-iters`` iterations minus a fit of one, divided
+    by the difference in iterations, median over at least ``--repeats`` back-to-back
+    pairs and ``--scaling-seconds`` of CPU.  NBCE runs on planted data (the same 5
+    clusters at every N), its chain started at the planted partition so that every N
+    is timed at the same occupancy (printed); ``--nbce-start random`` times the
+    estimator from its random start instead, after ``--nbce-warm`` untimed sweeps.
 
 LDA is the natural peer: BCE with K clusters is LDA on the "documents" formed by
 each row's one-hot labels, except that BCE keeps one label distribution per base
@@ -317,64 +320,140 @@ def bench_defaults(a):
 
 
 # ----------------------------------------------------------------------------- scaling
+def planted(N, M=20, k=5, n_clusters=5, noise=0.2, seed=0):
+    """``(truth, X)``: noisy copies of a planted partition, ``n_clusters`` clusters of
+    equal size in random order, each label replaced by a uniform one with probability
+    ``noise``.  Rows are independent given the partition, so the first ``n`` rows of
+    one such ensemble have the same cluster structure for every ``n``."""
+    from consensuskit.generate import noisy_copies
+
+    truth = np.random.default_rng(seed).permutation(np.arange(N) % n_clusters)
+    return truth, noisy_copies(truth, M, noise=noise, n_labels=k, random_state=seed)
+
+
+class PlantedStartNBCE:
+    """NBCE's Gibbs sampler with the estimator's defaults (truncation, prior, alpha0 and
+    beta sampled from their starting values, split-merge schedule) on one chain, started
+    at the planted partition ``truth[:N]`` instead of a random one, so every N is timed
+    at the same occupancy.  Quacks like the estimator for :func:`_per_iteration`."""
+
+    def __init__(self, truth, burn_in, **kw):
+        self.truth, self.burn_in, self.kw = truth, burn_in, kw
+        self.n_samples = 1
+
+    def set_params(self, burn_in):
+        self.burn_in = burn_in
+        return self
+
+    def fit(self, ens):
+        from consensuskit import NBCE
+        from consensuskit.inference.nbce_gibbs import gibbs_nbce
+
+        d = NBCE()
+        out = gibbs_nbce(ens.offset_index(), ens.n_labels, d.truncation, prior=d.prior,
+                         alpha0=d.alpha0, beta=d.beta, update_hyperparameters=d.update_hyper,
+                         n_samples=1, burn_in=self.burn_in, n_chains=1, n_jobs=1,
+                         init=self.truth[:ens.n_samples], random_state=0, **self.kw)
+        self.n_clusters_draws_ = out["n_occupied"]
+        return self
+
+
 def bench_scaling(a):
     from consensuskit import BCE, MM, NBCE
 
-    its = a.scaling_iters
+    its, warm = a.scaling_iters, a.nbce_warm
+    sizes = a.scaling_sizes
+    nbce_rows = "NBCE" in a.scaling_models
+    truth, X_planted = planted(max(sizes)) if nbce_rows else (None, None)
+    if a.nbce_start == "planted":
+        start = ("chains start at the planted partition (the same occupancy at every N); "
+                 "sampler with NBCE's defaults")
+        nbce = lambda **kw: PlantedStartNBCE(truth, its, **kw)  # noqa: E731
+        warm = 0
+    else:
+        start = (f"NBCE's defaults from its random start; both fits first make {warm} "
+                 "sweeps (not timed)")
+        nbce = lambda **kw: NBCE(n_samples=1, burn_in=warm + its, n_chains=1,  # noqa: E731
+                                 random_state=0, **kw)
     print(f"\n[scaling] CPU s per iteration vs N (M=20, k_j=5), 1 thread; log-log slope\n"
           f"  per iteration = (fit of {its} iterations - fit of 1) / {its - 1}, the two fits "
-          f"back to back, median over >= {a.repeats} pairs and >= {a.scaling_seconds} s CPU")
+          f"back to back, median over >= {a.repeats} pairs and >= {a.scaling_seconds} s CPU\n"
+          f"  BCE, MM: BCE-process data (K=4).  NBCE (one chain, truncation 20, TSB, "
+          f"alpha0/beta sampled): planted data (5 clusters, 20% noise), {start}; "
+          f"'occupied' = components of the last draw of each N's last long fit")
     models = {
         "BCE (EM it.)": lambda: BCE(4, max_iter=its, tol=0, n_init=1, init="random",
                                      random_state=0),
         "MM (EM it.)": lambda: MM(4, max_iter=its, tol=0, n_init=1, random_state=0),
         # sweeps counted as burn-in: a retained draw adds a fixed-size point-consensus
         # pass (2e5 sampled pairs) that is not part of a sweep's cost
-        "NBCE (sweep)": lambda: NBCE(truncation=10, n_samples=1, burn_in=its, n_chains=1,
-                                     update_hyper=False, random_state=0),
-        "NBCE (2 s-m)": lambda: NBCE(truncation=10, n_samples=1, burn_in=its, n_chains=1,
-                                     n_split_merge=2, update_hyper=False, random_state=0),
+        "NBCE (default)": nbce,
+        "NBCE (2 s-m)": lambda: nbce(n_split_merge=2),
     }
     models = {name: make for name, make in models.items()
               if name.split()[0] in a.scaling_models}
-    small = synthetic(300)
-    for make in models.values():
+    for name, make in models.items():
+        small = Ensemble.from_labels(X_planted[:300] if name.startswith("NBCE")
+                                     else synthetic(300))
         make().fit(small)
-    sizes = a.scaling_sizes
     table = {name: [] for name in models}
+    walls = {name: [] for name in models}
+    occupied = {name: [] for name in models if name.startswith("NBCE")}
     for N in sizes:
-        ens = Ensemble.from_labels(synthetic(N))
+        data = {}
+        if any(not name.startswith("NBCE") for name in models):
+            data["bce"] = Ensemble.from_labels(synthetic(N))
+        if nbce_rows:
+            data["planted"] = Ensemble.from_labels(X_planted[:N])
         for name, make in models.items():
-            t, pairs = _per_iteration(make, ens, its, a.repeats, a.scaling_seconds)
+            is_nbce = name.startswith("NBCE")
+            t, w, pairs, est = _per_iteration(make, data["planted" if is_nbce else "bce"], its,
+                                              a.repeats, a.scaling_seconds,
+                                              warm if is_nbce else 0)
             table[name].append(t)
-            print(f"    {name:<14} N={N:.0e}: {t:.5f} s CPU per iteration "
-                  f"(median of {pairs} pairs)", flush=True)
-    print(f"  {'model':<14}" + "".join(f"{f'N={n:.0e}':>12}" for n in sizes) + f"{'slope':>8}")
+            walls[name].append(w)
+            extra = ""
+            if is_nbce:
+                occupied[name].append(int(est.n_clusters_draws_[0, -1]))
+                extra = f", {occupied[name][-1]} occupied"
+            print(f"    {name:<14} N={N:.0e}: {t:.5f} s CPU, {w:.5f} s wall per iteration "
+                  f"(median of {pairs} pairs{extra})", flush=True)
+    print(f"  {'CPU s':<14}" + "".join(f"{f'N={n:.0e}':>12}" for n in sizes) + f"{'slope':>8}")
     for name, ts in table.items():
         slope = np.polyfit(np.log(sizes), np.log(ts), 1)[0]
         print(f"  {name:<14}" + "".join(f"{t:>12.5f}" for t in ts) + f"{slope:>8.2f}")
+    print(f"  {'wall s':<14}" + "".join(f"{f'N={n:.0e}':>12}" for n in sizes) + f"{'slope':>8}")
+    for name, ws in walls.items():
+        slope = np.polyfit(np.log(sizes), np.log(ws), 1)[0]
+        print(f"  {name:<14}" + "".join(f"{w:>12.5f}" for w in ws) + f"{slope:>8.2f}")
+    if occupied:
+        print(f"  {'occupied':<14}" + "".join(f"{f'N={n:.0e}':>12}" for n in sizes))
+    for name, occ in occupied.items():
+        print(f"  {name:<14}" + "".join(f"{o:>12d}" for o in occ))
 
 
-def _per_iteration(make, ens, its, repeats, min_seconds):
-    """CPU seconds per iteration: a fit of ``its`` iterations minus a fit of one.
+def _per_iteration(make, ens, its, repeats, min_seconds, warm=0):
+    """CPU and wall seconds per iteration: a fit of ``warm + its`` iterations minus a
+    fit of ``warm + 1``; also the number of pairs and the last long fit.
 
-    The difference cancels the per-fit setup (layout, initialisation, result).  The two
-    fits run back to back, after a garbage collection, and the median is over the
-    per-pair differences, so a burst of load on the shared machine spoils one pair
-    rather than biasing one of two medians; pairs repeat until there are ``repeats`` of
-    them and they took ``min_seconds`` of CPU (many pairs at small N, where one fit
-    lasts milliseconds).
+    The difference cancels the per-fit setup (layout, initialisation, result) and the
+    ``warm`` iterations.  The two fits run back to back, after a garbage collection, and
+    the median is over the per-pair differences, so a burst of load on the shared
+    machine spoils one pair rather than biasing one of two medians; pairs repeat until
+    there are ``repeats`` of them and they took ``min_seconds`` of CPU (many pairs at
+    small N, where one fit lasts milliseconds).
     """
-    one = _with_iters(make, 1)
+    one = _with_iters(make, warm + 1)
     diffs, spent = [], 0.0
     while len(diffs) < repeats or spent < min_seconds:
         gc.collect()
-        c_full = timed(lambda: make().fit(ens))[0]
+        c_full, w_full, est = timed(lambda: make().fit(ens))
         gc.collect()
-        c_one = timed(lambda: one().fit(ens))[0]
-        diffs.append(c_full - c_one)
+        c_one, w_one, _ = timed(lambda: one().fit(ens))
+        diffs.append((c_full - c_one, w_full - w_one))
         spent += c_full + c_one
-    return max(float(np.median(diffs)), 1e-9) / (its - 1), len(diffs)
+    cpu, wall = np.maximum(np.median(np.asarray(diffs), 0), 1e-9) / (its - 1)
+    return float(cpu), float(wall), len(diffs), est
 
 
 def _with_iters(make, n):
@@ -405,6 +484,11 @@ def main(argv=None):
                    help="iterations of the longer fit in [scaling] (the shorter has one)")
     p.add_argument("--scaling-seconds", type=float, default=2.0,
                    help="least CPU seconds of fit pairs per model and N in [scaling]")
+    p.add_argument("--nbce-start", choices=["planted", "random"], default="planted",
+                   help="[scaling]: NBCE chains start at the planted partition (matched "
+                        "occupancy) or run the estimator from its random start")
+    p.add_argument("--nbce-warm", type=int, default=10,
+                   help="untimed NBCE sweeps before the timed ones with --nbce-start random")
     p.add_argument("--baseline-rev", default="2e4de80",
                    help="git revision holding the previous E-step kernel")
     a = p.parse_args(argv)

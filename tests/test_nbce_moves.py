@@ -250,3 +250,43 @@ def test_fit_leaves_torch_thread_setting_alone():
     after_fit, after_layer = out.stdout.split()[-2:]
     assert after_fit == "1"
     assert after_layer == "2"  # the control: numba's layer does reset torch's setting
+
+
+# ---------------------------------------------------------------------------
+# the default split-merge schedule
+# ---------------------------------------------------------------------------
+def test_default_schedule_does_not_depend_on_n():
+    """The same number of proposals per sweep at every N, so a sweep's cost is linear in N
+    (``experiments/bench_bce.py --only scaling`` measures it)."""
+    from consensuskit.inference.nbce_gibbs import _default_split_merge
+
+    assert {_default_split_merge(n) for n in (10, 150, 10**4, 10**5, 10**7)} == {20}
+    assert _default_split_merge(1) == 0
+
+
+def _sweeps_to_planted(n_split_merge, n_chains=4, n_sweeps=10):
+    """First sweep (1-based; inf if none) at which each chain started from a merged start
+    has the planted partition of 1000 points in 5 clusters (ARI >= 0.95)."""
+    from sklearn.metrics import adjusted_rand_score
+
+    from consensuskit.generate import noisy_copies
+
+    truth = np.random.default_rng(0).permutation(np.arange(1000) % 5)
+    ens = Ensemble.from_labels(noisy_copies(truth, 10, noise=0.3, n_labels=7, random_state=0))
+    out = gibbs_nbce(ens.offset_index(), ens.n_labels, 20, n_chains=n_chains, n_jobs=1,
+                     n_samples=n_sweeps, burn_in=0, n_split_merge=n_split_merge,
+                     init=np.zeros(1000, dtype=np.int64), random_state=0)
+    first = []
+    for z in out["z"]:
+        hit = np.flatnonzero([adjusted_rand_score(truth, zs) >= 0.95 for zs in z])
+        first.append(hit[0] + 1 if hit.size else np.inf)
+    return np.asarray(first)
+
+
+def test_default_schedule_leaves_a_merged_start():
+    """All points start in one component: with the default schedule every chain finds the
+    5 planted clusters within 10 sweeps (the previous schedule, 20 proposals at this N,
+    took at most 5 in ``experiments/nbce_schedule.py``); the control without split-merge
+    moves finds them in none (single-site Gibbs needed 27 sweeps or more there)."""
+    assert np.all(_sweeps_to_planted(None) <= 10)
+    assert np.all(np.isinf(_sweeps_to_planted(0)))

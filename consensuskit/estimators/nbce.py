@@ -97,8 +97,10 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         Gibbs: retained draws per chain, discarded sweeps, thinning, chains.
     n_split_merge : int or None, default None
         Gibbs: split-merge Metropolis-Hastings proposals, and moves of groups of
-        identical rows, per sweep (None: 20 up to 10^4 rows, then ``2e5 / N``, at
-        least 2; 0 turns the group moves off and leaves single-site Gibbs).
+        identical rows, per sweep (None: 20 at every N, so a sweep's cost stays
+        linear in N -- a split allocates the points of one cluster, a merge is mostly
+        decided from the cluster counts; 0 turns the group moves off and leaves
+        single-site Gibbs).
     n_jobs : int, -1 or None, default None
         Gibbs: threads the chains run on; None follows numba's thread setting
         (``numba.set_num_threads`` / ``NUMBA_NUM_THREADS``).  The draws do not

@@ -593,17 +593,19 @@ def _log_two(d):
 
 
 @numba.njit(cache=True, fastmath=True, inline='always')
-def _group_log_ratio(idx, n, gl, gm, beta, Jbeta):
-    """``log p(x_n | group 1) - log p(x_n | group 0)``: the Dirichlet-multinomial
-    predictives of row n given the label counts ``gl`` (2, L) and column counts ``gm``
-    (2, M) of two groups.
+def _group_ratio(idx, n, gl, gm, beta, Jbeta):
+    """``p(x_n | group 1) / p(x_n | group 0)`` as ``(rat, d)``, the ratio being
+    ``rat * exp(d)``: the Dirichlet-multinomial predictives of row n given the label
+    counts ``gl`` (2, L) and column counts ``gm`` (2, M) of two groups.
 
-    The per-column numerators and denominators are multiplied in linear space and
-    one division and one logarithm are taken per ``_RATIO_BLOCK`` columns (not two
-    of each per column); a block whose products leave the safe range (extreme beta)
-    is summed in log space instead, so the value is the same for any beta.
+    Numerators and denominators are multiplied in linear space, one division per
+    ``_RATIO_BLOCK`` columns; ``rat`` is folded into ``d`` (one logarithm) only when
+    it leaves [1e-100, 1e100], and a block whose products leave the safe range
+    (extreme beta) is summed in log space, so the value is right for any beta and
+    ``d`` is 0 unless the ratio is extreme.
     """
     M = idx.shape[1]
+    rat = 1.0
     d = 0.0
     for m0 in range(0, M, _RATIO_BLOCK):
         m1 = min(M, m0 + _RATIO_BLOCK)
@@ -615,17 +617,48 @@ def _group_log_ratio(idx, n, gl, gm, beta, Jbeta):
                 num *= (beta + gl[1, l]) * (Jbeta[m] + gm[0, m])
                 den *= (beta + gl[0, l]) * (Jbeta[m] + gm[1, m])
         if 1e-280 < num < 1e280 and 1e-280 < den < 1e280:
-            d += math.log(num / den)
+            rat *= num / den
+            if not 1e-100 < rat < 1e100:
+                d += math.log(rat)
+                rat = 1.0
         else:
             for m in range(m0, m1):
                 l = idx[n, m]
                 if l >= 0:
                     d += (math.log((beta + gl[1, l]) / (Jbeta[m] + gm[1, m]))
                           - math.log((beta + gl[0, l]) / (Jbeta[m] + gm[0, m])))
-    return d
+    return rat, d
 
 
-_RATIO_BLOCK = 8  # columns per logarithm in _group_log_ratio
+_RATIO_BLOCK = 8  # columns per division in _group_ratio
+_SM_BLOCK = 64  # split-merge members allocated in index order within blocks of this size
+
+
+@numba.njit(cache=True)
+def _pair_loglik(nlk, ckm, a, b, Jbeta, beta):
+    """``(ll_a + ll_b, ll_ab)``: the Dirichlet-multinomial log-likelihoods of components
+    ``a`` and ``b`` apart and merged, from the count tables (as :func:`_group_loglik`)."""
+    sep = 0.0
+    one = 0.0
+    lgb = math.lgamma(beta)
+    for l in range(nlk.shape[0]):
+        na, nb = nlk[l, a], nlk[l, b]
+        if na > 0:
+            sep += math.lgamma(beta + na) - lgb
+        if nb > 0:
+            sep += math.lgamma(beta + nb) - lgb
+        if na + nb > 0:
+            one += math.lgamma(beta + na + nb) - lgb
+    for m in range(ckm.shape[0]):
+        na, nb = ckm[m, a], ckm[m, b]
+        lj = math.lgamma(Jbeta[m])
+        if na > 0:
+            sep += lj - math.lgamma(Jbeta[m] + na)
+        if nb > 0:
+            sep += lj - math.lgamma(Jbeta[m] + nb)
+        if na + nb > 0:
+            one += lj - math.lgamma(Jbeta[m] + na + nb)
+    return sep, one
 
 
 @numba.njit(cache=True)
@@ -635,16 +668,27 @@ def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_pr
     Two distinct points ``i``, ``j`` are drawn.  If they share component ``c`` a
     *split* is proposed: ``i`` starts a new group on an empty component ``e``
     (uniform among the ``E`` empty ones), ``j`` stays in ``c``, and the other points
-    of ``c`` are allocated one by one, in random order, to either group with
-    probability proportional to the group's size times the Dirichlet-multinomial
-    predictive of the point's labels given the points allocated so far.  Otherwise
-    a *merge* of ``i``'s component into ``j``'s is proposed; its reverse is the
-    split of the merged component that puts ``i``'s group back on its old label,
-    whose probability the same allocation, replayed, gives.  The acceptance ratio
-    is the collapsed posterior ratio (truncated prior over labelled components,
-    :func:`_log_prior_nb`, times the likelihood of the two groups) times
-    ``E / q_alloc`` (split) or ``q_alloc / (E + 1)`` (merge), so the move keeps
-    ``p(z | x, alpha0, beta)`` invariant under both priors.
+    of ``c`` are allocated one by one to either group with probability proportional
+    to the group's size times the Dirichlet-multinomial predictive of the point's
+    labels given the points allocated so far.  Otherwise a *merge* of ``i``'s
+    component into ``j``'s is proposed; its reverse is the split of the merged
+    component that puts ``i``'s group back on its old label, whose probability the
+    same allocation, replayed, gives.  The acceptance ratio is the collapsed
+    posterior ratio (truncated prior over labelled components, :func:`_log_prior_nb`,
+    times the likelihood of the two groups) times ``E / q_alloc`` (split) or
+    ``q_alloc / (E + 1)`` (merge), so the move keeps ``p(z | x, alpha0, beta)``
+    invariant under both priors.
+
+    The allocation order is the members in index order cut into blocks of
+    ``_SM_BLOCK``, the blocks in random order: random at the scale of the data,
+    sequential in memory within a block (a full shuffle made every row a cache miss
+    at large N).  It depends only on the set of members, the same for a split and
+    its reverse merge.  A merge is decided without allocating when it can be: all
+    of its log ratio but ``log q_alloc`` comes from the count tables and
+    ``log q_alloc <= 0`` only decreases as points are allocated, so the uniform
+    variate is drawn first and the replay stops as soon as the ratio falls below it
+    (the same decision as the full ratio; a merge of two well-separated clusters
+    then costs O(L + M + T) instead of their sizes).
 
     ``stats`` (int64, 5) accumulates: accepted splits, accepted merges, proposed
     splits, proposed merges, splits not proposable (no empty component).
@@ -654,6 +698,8 @@ def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_pr
     if N < 2:
         return
     members = np.empty(N, dtype=np.int64)
+    order = np.empty(N, dtype=np.int64)
+    blocks = np.empty(N // _SM_BLOCK + 1, dtype=np.int64)
     grp = np.empty(N, dtype=np.int64)
     gl = np.zeros((2, L), dtype=np.int64)
     gm = np.zeros((2, M), dtype=np.int64)
@@ -673,37 +719,88 @@ def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_pr
             stats[4] += 1
             continue
         stats[2 if split else 3] += 1
+        lp_old = _log_prior_nb(cnt, a0, code)
+        logu = 0.0
+        base = 0.0
+        if not split:
+            # the merge's log ratio without its allocation term, from the counts
+            ni, nj = cnt[ci], cnt[cj]
+            ll_sep, ll_one = _pair_loglik(nlk, ckm, ci, cj, Jbeta, beta)
+            cnt[ci], cnt[cj] = 0, ni + nj
+            lp_new = _log_prior_nb(cnt, a0, code)
+            cnt[ci], cnt[cj] = ni, nj
+            base = lp_new - lp_old + ll_one - ll_sep - math.log(n_empty + 1)
+            u = np.random.random()  # noqa: NPY002
+            logu = math.log(u) if u > 0.0 else -math.inf
+            if logu >= base:  # rejected whatever log q_alloc (<= 0) is
+                continue
         ns = 0
         for n in range(N):
             if n != i and n != j and (z[n] == ci or z[n] == cj):
                 members[ns] = n
                 ns += 1
-        for a in range(ns - 1, 0, -1):  # random allocation order
+        nb = (ns + _SM_BLOCK - 1) // _SM_BLOCK
+        for b in range(nb):
+            blocks[b] = b
+        for a in range(nb - 1, 0, -1):
             b = np.random.randint(0, a + 1)  # noqa: NPY002
-            members[a], members[b] = members[b], members[a]
+            blocks[a], blocks[b] = blocks[b], blocks[a]
+        t = 0
+        for b in range(nb):
+            for s in range(blocks[b] * _SM_BLOCK, min(ns, (blocks[b] + 1) * _SM_BLOCK)):
+                order[t] = members[s]
+                t += 1
         gl[:] = 0
         gm[:] = 0
         size[0] = 1
         size[1] = 1
         _add_row(idx, i, gl[0], gm[0])
         _add_row(idx, j, gl[1], gm[1])
+        # log q_alloc = logq + log(qprod): the probabilities of the allocation are
+        # multiplied in linear space (a logarithm when the product gets small); a merge
+        # is rejected as soon as logu >= base + log q_alloc, i.e. qprod <= thresh
         logq = 0.0
+        qprod = 1.0
+        thresh = 0.0 if split else math.exp(logu - base)
+        rejected = False
         for s in range(ns):
-            n = members[s]
-            d = math.log(size[1] / size[0]) + _group_log_ratio(idx, n, gl, gm, beta, Jbeta)
-            lp0, lp1 = _log_two(d)
-            if split:
-                g = 0 if np.random.random() < math.exp(lp0) else 1  # noqa: NPY002
-            else:
-                g = 0 if z[n] == ci else 1
-            logq += lp0 if g == 0 else lp1
+            n = order[s]
+            rat, d = _group_ratio(idx, n, gl, gm, beta, Jbeta)
+            r = rat * (size[1] / size[0])  # P(group 1) / P(group 0)
+            if d == 0.0 and 1e-50 < r < 1e50:
+                p0 = 1.0 / (1.0 + r)
+                if split:
+                    g = 0 if np.random.random() < p0 else 1  # noqa: NPY002
+                else:
+                    g = 0 if z[n] == ci else 1
+                qprod *= p0 if g == 0 else r * p0
+                if qprod < 1e-200:
+                    logq += math.log(qprod)
+                    qprod = 1.0
+                    if not split:
+                        thresh = math.exp(logu - base - logq)
+            else:  # an extreme ratio: in log space
+                lp0, lp1 = _log_two(d + math.log(r))
+                if split:
+                    g = 0 if np.random.random() < math.exp(lp0) else 1  # noqa: NPY002
+                else:
+                    g = 0 if z[n] == ci else 1
+                logq += lp0 if g == 0 else lp1
+                if not split:
+                    thresh = math.exp(logu - base - logq)
+            if not split and qprod <= thresh:
+                rejected = True
+                break
             grp[s] = g
             size[g] += 1
             _add_row(idx, n, gl[g], gm[g])
-        ll_sep = _group_loglik(gl[0], gm[0], Jbeta, beta) + _group_loglik(gl[1], gm[1], Jbeta, beta)
-        ll_one = _group_loglik(gl[0] + gl[1], gm[0] + gm[1], Jbeta, beta)
-        lp_old = _log_prior_nb(cnt, a0, code)
+        if rejected:
+            continue
+        logq += math.log(qprod)
         if split:
+            ll_sep = (_group_loglik(gl[0], gm[0], Jbeta, beta)
+                      + _group_loglik(gl[1], gm[1], Jbeta, beta))
+            ll_one = _group_loglik(gl[0] + gl[1], gm[0] + gm[1], Jbeta, beta)
             r = np.random.randint(0, n_empty)  # noqa: NPY002
             e = -1
             for k in range(K):
@@ -716,24 +813,21 @@ def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_pr
             lp_new = _log_prior_nb(cnt, a0, code)
             cnt[e], cnt[ci] = 0, size[0] + size[1]
             logr = lp_new - lp_old + ll_sep - ll_one + math.log(n_empty) - logq
+            if not (logr >= 0.0 or np.random.random() < math.exp(logr)):  # noqa: NPY002
+                continue
             src, dst = ci, e
         else:
-            cnt[ci], cnt[cj] = 0, size[0] + size[1]
-            lp_new = _log_prior_nb(cnt, a0, code)
-            cnt[ci], cnt[cj] = size[0], size[1]
-            logr = lp_new - lp_old + ll_one - ll_sep - math.log(n_empty + 1) + logq
-            src, dst = ci, cj
-        if logr >= 0.0 or np.random.random() < math.exp(logr):  # noqa: NPY002
-            stats[0 if split else 1] += 1
-            _move(i, src, -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
-            _move(i, dst, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
-            z[i] = dst
-            for s in range(ns):
-                if grp[s] == 0:
-                    n = members[s]
-                    _move(n, src, -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
-                    _move(n, dst, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
-                    z[n] = dst
+            src, dst = ci, cj  # logu < base + logq: accepted
+        stats[0 if split else 1] += 1
+        _move(i, src, -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+        _move(i, dst, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+        z[i] = dst
+        for s in range(ns):
+            if grp[s] == 0:
+                n = order[s]
+                _move(n, src, -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+                _move(n, dst, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+                z[n] = dst
 
 
 @numba.njit(cache=True)
@@ -799,7 +893,16 @@ def _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr
         for q in range(bptr[g], bptr[g + 1]):
             _move(brows[q], c, -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
         _block_prior_deltas(cnt, float(a), a0, code, lw)
+        v_empty = 0.0  # the likelihood term is the same for every empty component
+        for m in range(M):
+            l = idx[r0, m]
+            if l >= 0:
+                v_empty += (math.lgamma(beta + a) - math.lgamma(beta)
+                            - math.lgamma(Jbeta[m] + a) + math.lgamma(Jbeta[m]))
         for k in range(K):
+            if cnt[k] == 0:
+                lw[k] += v_empty
+                continue
             v = 0.0
             for m in range(M):
                 l = idx[r0, m]
@@ -951,7 +1054,7 @@ class GibbsState:
     """
 
     def __init__(self, idx, n_labels, z, truncation, alpha0, beta, prior):
-        self.idx = np.ascontiguousarray(idx, dtype=np.int64)
+        self.idx = np.ascontiguousarray(idx, dtype=np.int32)
         self.n_labels = np.asarray(n_labels, dtype=np.int64)
         self.T = int(truncation)
         self.prior_obj = get_prior(prior)
@@ -1217,16 +1320,19 @@ class _OneChain(Engine):
 
 
 def _default_split_merge(n_points):
-    """Split-merge proposals (and group moves) per sweep for ``n_split_merge=None``.
+    """Split-merge proposals (and group moves) per sweep for ``n_split_merge=None``: 20.
 
-    20 up to N = 10^4, enough for the cluster-level moves to mix on the benchmark
-    ensembles (``experiments/nbce_mixing.py``); above, ``2e5 / N`` (at least 2), since a
-    proposal allocates every point of two clusters: at N = 1e5, M = 20 twenty
-    proposals cost about ten sweeps, two about one.
+    The count does not depend on N, so the work per sweep is linear in N: a split
+    allocates the points of one cluster, a merge is decided from the count tables
+    (O(L + M + T)) unless the tables leave it open, and then allocates at most the
+    points of its two clusters (:func:`_split_merge`).  Twenty is what the cluster-level
+    moves need to mix on the benchmark ensembles (``experiments/nbce_mixing.py``) and
+    to leave a merged start within a few sweeps (``experiments/nbce_schedule.py``).
+    The count is fixed for the whole run: a count chosen from the current state (say
+    the occupied components) would make the iteration's kernel depend on the state
+    and no longer keep the posterior invariant.
     """
-    if n_points < 2:
-        return 0
-    return int(min(20, max(2, round(2e5 / n_points))))
+    return 0 if n_points < 2 else 20
 
 
 def _numba_thread_setting():
@@ -1353,7 +1459,7 @@ def gibbs_nbce(
     """
     prior_obj = get_prior(prior)
     rng = check_random_state(random_state)
-    idx = np.ascontiguousarray(idx, dtype=np.int64)
+    idx = np.ascontiguousarray(idx, dtype=np.int32)
     N, M = idx.shape
     T = int(truncation)
     if T < 2:
