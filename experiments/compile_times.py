@@ -6,9 +6,14 @@ that Python calls directly (the compiled callees are part of their caller's time
 thread CPU seconds of its compilations.  ``NUMBA_NUM_THREADS=1`` makes NBCE run its
 chains one after the other, so no compilation waits on another thread's.
 
+With ``--baseline-rev REV`` the package at git revision REV (``git archive``) is
+profiled too, the two alternating ``--repeats`` times (on a shared machine CPU time
+drifts with the load, so only runs close in time compare); medians, per kernel and
+per module.
+
 Usage::
 
-    python experiments/compile_times.py [--source DIR]   # DIR: a package tree, default here
+    python experiments/compile_times.py [--baseline-rev REV] [--repeats R]
 """
 
 from __future__ import annotations
@@ -18,8 +23,13 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
+from collections import defaultdict
+from io import BytesIO
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,19 +72,49 @@ def profile(source, cache):
     return json.loads(line[2:])
 
 
+def baseline_tree(rev, into):
+    """The package at git revision ``rev`` unpacked under ``into``."""
+    tar = subprocess.run(["git", "archive", rev, "consensuskit"], cwd=ROOT, check=True,
+                         capture_output=True).stdout
+    with tarfile.open(fileobj=BytesIO(tar)) as t:
+        t.extractall(into, filter="data")
+    return into
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--source", default=str(ROOT), help="folder holding the consensuskit package")
+    p.add_argument("--baseline-rev", default=None)
+    p.add_argument("--repeats", type=int, default=1)
     a = p.parse_args(argv)
+    runs = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
-        res = profile(a.source, tmp)
-    ks = sorted(res["kernels"].items(), key=lambda kv: -kv[1])
-    total = sum(v for _, v in ks)
-    print(f"cold demo from {a.source}: {res['cpu']:.1f} s CPU in all, "
-          f"{total:.1f} s compiling (thread CPU, top-level kernels incl. callees)")
-    for name, v in ks:
-        if v >= 0.05:
-            print(f"  {name:<40} {v:6.2f} s")
+        sources = {"now": ROOT}
+        if a.baseline_rev:
+            sources = {a.baseline_rev: baseline_tree(a.baseline_rev, Path(tmp) / "base"), **sources}
+        for r in range(a.repeats):
+            for name, src in sources.items():
+                runs[name].append(profile(src, Path(tmp) / f"cache-{name}-{r}"))
+    names = list(sources)
+    med = {n: {"cpu": float(np.median([x["cpu"] for x in runs[n]]))} for n in names}
+    kernels = sorted({k for n in names for x in runs[n] for k in x["kernels"]})
+    for n in names:
+        for k in kernels:
+            med[n][k] = float(np.median([x["kernels"].get(k, 0.0) for x in runs[n]]))
+    print(f"cold `consensuskit demo --no-figure`, fresh numba cache, medians of {a.repeats}: "
+          "compile seconds (thread CPU) of each kernel Python calls, its callees included")
+    print(f"  {'kernel':<40}" + "".join(f"{n:>10}" for n in names))
+    modules = sorted({k.split(".")[0] for k in kernels})
+    for mod in modules:
+        for k in sorted((k for k in kernels if k.startswith(mod + ".")),
+                        key=lambda k: -max(med[n][k] for n in names)):
+            if max(med[n][k] for n in names) >= 0.05:
+                print(f"  {k:<40}" + "".join(f"{med[n][k]:10.2f}" for n in names))
+        print(f"  {'  ' + mod + ' (all)':<40}"
+              + "".join(f"{sum(v for k, v in med[n].items() if k.startswith(mod + '.')):10.2f}"
+                        for n in names))
+    print(f"  {'compiling (all)':<40}"
+          + "".join(f"{sum(v for k, v in med[n].items() if k != 'cpu'):10.2f}" for n in names))
+    print(f"  {'process CPU (all)':<40}" + "".join(f"{med[n]['cpu']:10.2f}" for n in names))
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ old value and is counted (``move_stats``; the estimator warns).
 Chains
 ------
 Each chain has its own generator, seeded once from ``random_state``, so the chains
-run on threads (``n_jobs``; the compiled iteration releases the GIL) and give the same
+run on threads (``n_jobs``; the compiled moves release the GIL) and give the same
 draws for any number of threads.
 """
 
