@@ -128,7 +128,9 @@ __all__ = [
 _ENTRY = dict(cache=True, no_cfunc_wrapper=True)
 #: kernels that only other kernels call; calling one from Python would jump to a null
 #: pointer (no Python entry point)
-_INNER = dict(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True, _nrt=False)
+_INNER_ALLOC = dict(_ENTRY, no_cpython_wrapper=True)
+#: ... and that allocate nothing
+_INNER = dict(_INNER_ALLOC, _nrt=False)
 #: the per-point kernels of the sweep and of the split-merge allocation
 _HOT = dict(_INNER, forceinline=True)
 
@@ -387,7 +389,7 @@ def _slot_draw(ns, head, tail, w, comp_of, n_occ, last, a0, inv1a, prior):
     return comp_of[n_occ + min(int(np.random.random() * n_empty), n_empty - 1)]  # noqa: NPY002
 
 
-@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(**_INNER_ALLOC)
 def _slot_workspace(L, M, K):
     """Work arrays of the slot layout: slot_of, comp_of, snum, sinv, occ, w, lik."""
     return (np.empty(K, dtype=np.int64), np.empty(K, dtype=np.int64), np.empty((L, K)),
@@ -490,7 +492,7 @@ def _tsb_stick_pair(nk, nk1, rest, a0, last):
     return v
 
 
-@numba.njit(**_ENTRY)
+@numba.njit(**_INNER_ALLOC)
 def _tsb_swaps(cnt, nlk, num, ckm, invden, a0, perm):
     """Metropolis label swaps of adjacent components k <-> k+1 (TSB only).
 
