@@ -30,12 +30,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-from io import BytesIO
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 
+from bench_first_demo import baseline_tree  # noqa: E402
 from bench_nbce import planted_codes  # noqa: E402
 
 OLD = "consensuskit_rev"
@@ -50,10 +48,7 @@ OLD = "consensuskit_rev"
 
 def load_revision(rev, into):
     """The package at git revision ``rev``, importable as :data:`OLD` from ``into``."""
-    tar = subprocess.run(["git", "archive", rev, "consensuskit"], cwd=ROOT, check=True,
-                         capture_output=True).stdout
-    with tarfile.open(fileobj=BytesIO(tar)) as t:
-        t.extractall(into, filter="data")
+    baseline_tree(rev, into)
     (Path(into) / "consensuskit").rename(Path(into) / OLD)
     sys.path.insert(0, str(into))
 

@@ -23,13 +23,12 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 import tempfile
 from collections import defaultdict
-from io import BytesIO
 from pathlib import Path
 
 import numpy as np
+from bench_first_demo import baseline_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,15 +69,6 @@ def profile(source, cache):
                          capture_output=True, text=True).stdout
     line = next(s for s in out.splitlines() if s.startswith("@@"))
     return json.loads(line[2:])
-
-
-def baseline_tree(rev, into):
-    """The package at git revision ``rev`` unpacked under ``into``."""
-    tar = subprocess.run(["git", "archive", rev, "consensuskit"], cwd=ROOT, check=True,
-                         capture_output=True).stdout
-    with tarfile.open(fileobj=BytesIO(tar)) as t:
-        t.extractall(into, filter="data")
-    return into
 
 
 def main(argv=None):
