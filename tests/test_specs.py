@@ -7,11 +7,14 @@ parameters, in free coordinates (each simplex without its last entry; BCE's alph
 log scale): MM's and NBCE's by autograd through Pyro's enumerated ``TraceEnum_ELBO`` of
 ``mm.model`` (NBCE's likelihood on its occupied components is that mixture); BCE's by the
 outer product of the per-row scores of its exact marginal
-(:func:`consensuskit.inference.bce_alpha.exact_log_marginal`, central differences).  A fit
-passes when the Mahalanobis distance ``d' Cov^-1 d`` of its error ``d`` is below the 0.999
-quantile of chi-square with dim(d) degrees of freedom AND every coordinate is within
-``z* = Phi^-1(1 - 0.0005 / dim(d))`` standard errors (family-wise 0.1%): the joint test
-catches a spread-out bias, the per-coordinate one a bias concentrated on one entry.
+(:func:`consensuskit.inference.bce_alpha.exact_log_marginal`, central differences);
+GBCE's likewise from its exact marginal of labels and features
+(:func:`consensuskit.models.gbce.exact_log_marginal`), coordinates (log alpha, free beta,
+mu, log sigma2).  A fit passes when the Mahalanobis distance ``d' Cov^-1 d`` of its error
+``d`` is below the 0.999 quantile of chi-square with dim(d) degrees of freedom AND every
+coordinate is within ``z* = Phi^-1(1 - 0.0005 / dim(d))`` standard errors (family-wise
+0.1%): the joint test catches a spread-out bias, the per-coordinate one a bias
+concentrated on one entry.
 """
 
 import functools
@@ -30,7 +33,8 @@ import consensuskit as ck
 from consensuskit.ensemble import Ensemble
 from consensuskit.inference import bce_cavi
 from consensuskit.inference.bce_alpha import exact_log_marginal
-from consensuskit.models import bce, mm, nbce, simulate
+from consensuskit.inference.pyro_map import fit_map
+from consensuskit.models import bce, gbce, mm, nbce, simulate
 
 N_LABELS = [3, 4, 3, 2, 3, 4]
 PI = np.array([0.5, 0.3, 0.2])
@@ -41,9 +45,11 @@ PI = np.array([0.5, 0.3, 0.2])
     (bce.model, dict(n_clusters=3)),
     (nbce.model, dict(n_clusters=5, prior="tsb")),
     (nbce.model, dict(n_clusters=5, prior="fsd")),
-], ids=["mm", "bce", "nbce-tsb", "nbce-fsd"])
+    (gbce.model, dict(n_clusters=3, n_features=2)),
+], ids=["mm", "bce", "nbce-tsb", "nbce-fsd", "gbce"])
 def test_predictive_simulates_data_and_parameters(spec, kw):
-    """``Predictive`` on a spec with no labels draws an ensemble and its parameters."""
+    """``Predictive`` on a spec with no labels draws an ensemble and its parameters
+    (GBCE: and its features, site ``"o"`` (D, N), with their ``mu`` and ``sigma2``)."""
     draws = Predictive(spec, num_samples=3)(None, n_labels=N_LABELS, n_rows=40, **kw)
     tr = poutine.trace(spec).get_trace(None, n_labels=N_LABELS, n_rows=40, **kw)
     X = tr.nodes["_RETURN"]["value"]
@@ -52,6 +58,13 @@ def test_predictive_simulates_data_and_parameters(spec, kw):
         assert 0 <= int(X[:, j].min()) and int(X[:, j].max()) < k
     assert all(v.shape[0] == 3 for v in draws.values())
     assert len(draws) >= 2  # parameters and labels
+    if spec is gbce.model:
+        assert draws["o"].shape == (3, 2, 40) and torch.isfinite(draws["o"]).all()
+        # Predictive keeps the plate dims as 1s: (samples, 1, 1, K, D)
+        assert draws["mu"].shape[-2:] == draws["sigma2"].shape[-2:] == (3, 2)
+        assert (draws["sigma2"] > 0).all() and draws["z_feature"].shape == (3, 2, 40)
+        # three draws of the parameters, not one repeated
+        assert not torch.allclose(draws["mu"][0], draws["mu"][1])
 
 
 def test_simulate_returns_labels_and_latents_and_keeps_the_global_rng():
@@ -117,27 +130,37 @@ def _mixture_information(X, pi, thetas):
     return torch.autograd.functional.hessian(nll, torch.tensor(_free(blocks))).numpy()
 
 
+def _unfree(f, shapes):
+    """Simplex rows of the given (rows, cols) shapes from their free coordinates ``f``."""
+    blocks, o = [], 0
+    for r, c in shapes:
+        part = f[o:o + r * (c - 1)].reshape(r, c - 1)
+        o += r * (c - 1)
+        blocks.append(np.concatenate([part, 1 - part.sum(1, keepdims=True)], 1))
+    return blocks
+
+
+def _score_information(rows, f0):
+    """Outer product of the per-row scores of ``rows(f)`` (n,) at ``f0``, by central
+    differences."""
+    h = 1e-6
+    S = np.column_stack([(rows(f0 + h * e) - rows(f0 - h * e)) / (2 * h)
+                         for e in np.eye(f0.size)])
+    return S.T @ S
+
+
 def _bce_information(X, alpha, betas):
     """Outer product of BCE's per-row scores at (alpha, betas), coordinates
     (log alpha, free beta), from the exact marginal by central differences."""
     data = bce_cavi.prepare_data(Ensemble.from_labels(X))
     K = len(alpha)
-    f0 = np.concatenate([np.log(alpha), _free(betas)])
 
     def rows(f):
-        bs, o = [], K
-        for b in betas:
-            r, c = b.shape
-            part = f[o:o + r * (c - 1)].reshape(r, c - 1)
-            o += r * (c - 1)
-            bs.append(np.concatenate([part, 1 - part.sum(1, keepdims=True)], 1))
+        bs = _unfree(f[K:], [b.shape for b in betas])
         return exact_log_marginal(torch.tensor(np.exp(f[:K])), bce_cavi.pack_beta(bs),
                                   data).numpy()
 
-    h = 1e-6
-    S = np.column_stack([(rows(f0 + h * e) - rows(f0 - h * e)) / (2 * h)
-                         for e in np.eye(f0.size)])
-    return S.T @ S
+    return _score_information(rows, np.concatenate([np.log(alpha), _free(betas)]))
 
 
 def _assert_within_se(d, cov, what):
@@ -284,3 +307,113 @@ def test_bce_recovers_alpha_and_beta_3000_rows(options):
     mean-field CAVI and SVI do not (xfail reasons).  Minutes, hence slow."""
     X, alpha, betas, cov = _bce_planted(3000)
     _assert_within_se(_bce_error(_fit_bce(X, **options), alpha, betas), cov, "BCE")
+
+
+# ------------------------------------------------------------------ GBCE
+GBCE_D = 3
+
+
+def _gbce_coords(est):
+    """(log alpha, free beta, mu, log sigma2) of ``est`` (keys alpha, betas, mu, sigma2)."""
+    return np.concatenate([np.log(est["alpha"]), _free(est["betas"]),
+                           np.ravel(est["mu"]), np.log(est["sigma2"]).ravel()])
+
+
+def _gbce_information(X, F, truth):
+    """Outer product of GBCE's per-row scores at ``truth`` in the coordinates of
+    :func:`_gbce_coords`, from its exact marginal ``log p(x_i, o_i | ...)``."""
+    K, D = truth["mu"].shape
+    shapes = [b.shape for b in truth["betas"]]
+    n_beta = sum(r * (c - 1) for r, c in shapes)
+    labels, feats = torch.as_tensor(X), torch.as_tensor(F)
+
+    def rows(f):
+        mu = f[K + n_beta:K + n_beta + K * D].reshape(K, D)
+        s2 = np.exp(f[K + n_beta + K * D:]).reshape(K, D)
+        bs = [torch.tensor(b) for b in _unfree(f[K:K + n_beta], shapes)]
+        return gbce.exact_log_marginal(labels, feats, n_labels=N_LABELS,
+                                       alpha=torch.tensor(np.exp(f[:K])), beta=bs,
+                                       mu=torch.tensor(mu), sigma2=torch.tensor(s2)).numpy()
+
+    return _score_information(rows, _gbce_coords(truth))
+
+
+@functools.lru_cache(maxsize=2)
+def _gbce_planted(n_rows):
+    """Labels and features from GBCE's spec (alpha = 0.3 each, the file's M = 6 columns,
+    D = 3 features with cluster means drawn N(0, 3^2) and variances U(0.5, 1.5)) and the
+    covariance of :func:`_gbce_coords` at the truth."""
+    rs = np.random.default_rng(0)
+    betas = _label_dists(rs, 3, floor=0.15, conc=0.5)
+    truth = dict(alpha=np.full(3, 0.3), betas=betas, mu=rs.normal(0.0, 3.0, (3, GBCE_D)),
+                 sigma2=rs.uniform(0.5, 1.5, (3, GBCE_D)))
+    params = {"alpha": truth["alpha"], "mu": truth["mu"], "sigma2": truth["sigma2"],
+              **{f"beta_{j}": b for j, b in enumerate(betas)}}
+    X, F, _ = gbce.simulate(n_rows=n_rows, n_labels=N_LABELS, n_clusters=3,
+                            n_features=GBCE_D, params=params, seed=0)
+    return X, F, truth, np.linalg.inv(_gbce_information(X, F, truth))
+
+
+def _gbce_error(est, truth):
+    perm = _match(np.concatenate(truth["betas"], 1), np.concatenate(est["betas"], 1))
+    est = dict(alpha=est["alpha"][perm], betas=[b[perm] for b in est["betas"]],
+               mu=est["mu"][perm], sigma2=est["sigma2"][perm])
+    return _gbce_coords(est) - _gbce_coords(truth)
+
+
+def _fit_gbce_meanfield(X, F, n_init):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        m = ck.GBCE(3, n_init=n_init, random_state=0).fit(X, features=F)
+    return dict(alpha=m.alpha_, betas=m.beta_, mu=m.mu_, sigma2=m.sigma2_)
+
+
+def _fit_gbce_exact(X, F, start):
+    """MAP of ``gbce.model_collapsed`` (the exact marginal; weak priors) by L-BFGS from
+    ``start`` (a mean-field fit, which also fixes the labelling; its beta mixed 10% with
+    uniform, since entries near 0 sit where the simplex's free coordinates have no
+    gradient)."""
+    init = {"alpha": start["alpha"], "mu": start["mu"], "sigma2": start["sigma2"],
+            **{f"beta_{j}": 0.9 * b + 0.1 / b.shape[1] for j, b in enumerate(start["betas"])}}
+    values, run = fit_map(gbce.model_collapsed, torch.as_tensor(X), init_values=init,
+                          model_kwargs=dict(n_labels=N_LABELS, n_clusters=3,
+                                            features=torch.as_tensor(F)))
+    assert run.converged and np.all(np.diff(run.objectives) >= -1e-9 * abs(run.objective))
+    return dict(alpha=values["alpha"].numpy(), mu=values["mu"].numpy(),
+                sigma2=values["sigma2"].numpy(),
+                betas=[values[f"beta_{j}"].numpy() for j in range(len(N_LABELS))])
+
+
+def test_gbce_exact_marginal_map_recovers_its_parameters():
+    """1000 rows (labels and features) of GBCE's own data: the MAP of its collapsed spec
+    (exact marginal), started from the mean-field fit, has (log alpha, beta, mu,
+    log sigma2) within their SEs (measured: Mahalanobis 59.5 against 99.6 with 60 df,
+    max |z| 2.24 against 4.31).  The same tolerance rejects the mean-field fit itself
+    (``ck.GBCE``: Mahalanobis 895, max |z| 15.7; see the xfail below) and the truth of
+    another draw of beta (Mahalanobis 21797): power."""
+    X, F, truth, cov = _gbce_planted(1000)
+    meanfield = _fit_gbce_meanfield(X, F, n_init=3)
+    est = _fit_gbce_exact(X, F, meanfield)
+    _assert_within_se(_gbce_error(est, truth), cov, "GBCE-MAP")
+    with pytest.raises(AssertionError, match="Mahalanobis"):
+        _assert_within_se(_gbce_error(meanfield, truth), cov, "GBCE-mf")
+    other = dict(truth, betas=_label_dists(np.random.default_rng(1), 3, floor=0.15, conc=0.5))
+    with pytest.raises(AssertionError, match="Mahalanobis"):
+        _assert_within_se(_gbce_error(est, other), cov, "GBCE-MAP vs another beta")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fit", ["exact", pytest.param("meanfield", marks=pytest.mark.xfail(
+    strict=True, reason="mean-field CAVI (ck.GBCE) biases alpha upward on GBCE's own data, "
+    "as for BCE, and the feature Gaussians with it: alpha (2.09, 2.09, 1.89) against 0.3, "
+    "Mahalanobis 3584 against 99.6 (60 df), max |z| 32.9 (log alpha), features' max |z| "
+    "10.4"))])
+def test_gbce_recovers_its_parameters_3000_rows(fit):
+    """3000 rows of GBCE's own data: the exact-marginal MAP recovers (measured:
+    Mahalanobis 68.2 against 99.6, max |z| 3.55 against 4.31), the mean-field fit does not
+    (xfail reason).  Minutes under load, hence slow."""
+    X, F, truth, cov = _gbce_planted(3000)
+    est = _fit_gbce_meanfield(X, F, n_init=3)
+    if fit == "exact":
+        est = _fit_gbce_exact(X, F, est)
+    _assert_within_se(_gbce_error(est, truth), cov, f"GBCE-{fit}")

@@ -160,6 +160,14 @@ class GBCE(BCE):
     ``log p(x_i | alpha, beta)`` under the fitted GBCE ``alpha`` and ``beta``,
     estimated by importance sampling exactly as BCE does.  The numbers are thus
     directly comparable with a BCE fitted to the same labels.
+
+    Like BCE's, the mean-field ``alpha_`` is biased upward on data simulated from the
+    model itself (``alpha`` about 2 against 0.3 there), and ``beta_``, ``mu_`` and
+    ``sigma2_`` with it.  The fit that recovers the parameters within their standard
+    errors is the MAP of the spec with ``theta`` and ``z`` summed out
+    (:func:`consensuskit.models.gbce.model_collapsed` with
+    :func:`consensuskit.inference.pyro_map.fit_map`, started from this fit); see
+    ``docs/gbce.md``.
     """
 
     def __init__(self, n_clusters=2, *, label_weight=1.0, feature_weight=1.0,

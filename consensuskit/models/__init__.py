@@ -1,7 +1,7 @@
 """Generative models written once as Pyro programs: the hub of every method.
 
 Each module (``mm``, ``bce``, ``gbce``, ``nbce``, ``pcc``) exposes ``model(...)`` and its
-guides.  ``mm``, ``bce`` and ``nbce`` follow one calling convention, which
+guides.  ``mm``, ``bce``, ``gbce`` and ``nbce`` follow one calling convention, which
 :class:`consensuskit.PyroConsensus`, the generic engines
 (:mod:`consensuskit.inference.pyro_svi`, :mod:`~consensuskit.inference.pyro_mcmc`), the
 per-row scoring (:mod:`~consensuskit.inference.pointwise`) and the fast-path registry
@@ -32,8 +32,10 @@ subsample=None, **hyper_parameters_and_parameters)``
   and calls the built-in model: ``bce.model(labels, ..., alpha=my_alpha, beta=my_betas)``.
 * ``MAX_PLATE_NESTING`` (module constant) is what ``TraceEnum_ELBO`` needs.
 
-``gbce`` (labels plus features) and ``pcc`` (a co-association model) keep their own
-signatures; GBCE's label part is BCE's.
+``gbce`` adds ``features=`` (N, D), NaN missing, which follow their rows through the
+plate, and ``n_features=D`` to simulate them (site ``"o"``; ``gbce.simulate`` returns
+labels, features and latents); its label part is BCE's (same global sites).  ``pcc`` (a
+co-association model) keeps its own signature.
 """
 
 from .simulate import simulate  # noqa: E402

@@ -8,7 +8,7 @@ import numpy as np
 import pyro
 import torch
 
-__all__ = ["check_labels", "rows_plate", "as_labels", "float64_default"]
+__all__ = ["check_labels", "rows_plate", "plate_rows", "as_labels", "float64_default"]
 
 
 def as_labels(labels, device=None):
@@ -49,19 +49,28 @@ def rows_plate(labels, n_rows=None, subsample_size=None, subsample=None, device=
     the rows of ``subsample`` (a streamed chunk, then ``n_rows`` is the total).  When
     simulating (``labels`` None) the yielded labels are None.
     """
-    N_data = None if labels is None else labels.shape[0]
-    size = N_data if n_rows is None else int(n_rows)
+    size = (None if labels is None else labels.shape[0]) if n_rows is None else int(n_rows)
     with pyro.plate("rows", size, dim=-1, subsample_size=subsample_size,
                     subsample=subsample, device=device) as ind:
-        if labels is None:
-            yield ind, None
-        elif N_data == size:
-            yield ind, (labels if ind.numel() == size else labels.index_select(0, ind))
-        elif ind.numel() == N_data:
-            yield ind, labels
-        else:
-            raise ValueError(f"labels has {N_data} rows, neither the plate size {size} nor "
-                             f"the subsample size {ind.numel()}")
+        yield ind, plate_rows(labels, ind, size)
+
+
+def plate_rows(data, ind, size, name="labels"):
+    """The rows ``ind`` of the rows plate (size ``size``) taken from row-aligned ``data``.
+
+    ``data`` (rows first) holds either all ``size`` rows or exactly the rows of the
+    subsample (a streamed chunk); None stays None.  Other row-aligned data of a spec
+    (GBCE's features) follows its labels through the plate with this.
+    """
+    if data is None:
+        return None
+    n = data.shape[0]
+    if n == size:
+        return data if ind.numel() == size else data.index_select(0, ind)
+    if ind.numel() == n:
+        return data
+    raise ValueError(f"{name} has {n} rows, neither the plate size {size} nor "
+                     f"the subsample size {ind.numel()}")
 
 
 @contextmanager

@@ -120,9 +120,11 @@ def read_point_parameters(n_labels):
 
 
 def _as_padded(beta, n_labels, dtype, device):
+    """Given ``beta`` (list of (K, k_j), packed (K, sum k_j) or padded) as padded (M, K, k_max)."""
     if isinstance(beta, (list, tuple)):
         return pad_beta(beta, dtype=dtype, device=device)
-    return torch.as_tensor(beta, dtype=dtype, device=device)
+    beta = torch.as_tensor(beta, dtype=dtype, device=device)
+    return pad_beta(beta, n_labels=n_labels) if beta.dim() == 2 else beta
 
 
 def _global_sites(n_labels, n_clusters, alpha, beta, alpha_prior, label_prior, dev):
@@ -166,7 +168,7 @@ def model(labels=None, *, n_labels, n_clusters, n_rows=None, alpha=None, beta=No
         ``N`` (plate size); default ``labels.shape[0]``.
     alpha : Tensor (K,), optional
         Fixed Dirichlet parameter; default the sample site ``"alpha" ~ alpha_prior``.
-    beta : Tensor (M, K, k_max) or list of (K, k_j), optional
+    beta : Tensor (M, K, k_max), list of (K, k_j) or packed (K, sum k_j), optional
         Fixed label distributions; default sample sites ``"beta_{j}"``.
     alpha_prior : pyro Distribution with event shape (K,), optional
         Default ``Gamma(1, 1)`` per component.

@@ -19,8 +19,12 @@ Missing columns are skipped (their ``z_ij`` sums to one given ``theta_i``).  The
 the count vectors with ``|n| <= M``: ``C(M + K, K)`` of them (165 for M = 8, K = 3).  Each
 step is rescaled and its log normaliser accumulated (float64 throughout), so the result
 is stable; it is differentiable in ``alpha`` and ``beta`` by autograd and vectorised over
-rows.  :class:`BCERowMarginal` wraps it as a Pyro distribution with event shape (M,),
-which is what :func:`consensuskit.models.bce.model_collapsed` observes per row.
+rows.  Nothing in it is specific to labels: :func:`collapsed_log_marginal` runs it on any
+per-column likelihoods ``p(value_ic | z_ic = k)`` (n, C, K), so GBCE feeds it its labels'
+``beta_j[k, x_ij]`` and its features' Normal densities as further columns
+(:func:`consensuskit.models.gbce.exact_log_marginal`).  :class:`BCERowMarginal` wraps it as
+a Pyro distribution with event shape (M,), which is what
+:func:`consensuskit.models.bce.model_collapsed` observes per row.
 
 The posterior of the final count vector, ``p(n | x_i) ∝ P(n; alpha) W_i(n)``, gives the
 posterior mean membership exactly, since ``theta_i | z_i ~ Dirichlet(alpha + n)``::
@@ -37,7 +41,8 @@ import numpy as np
 import torch
 from pyro.distributions import TorchDistribution, constraints
 
-__all__ = ["BCERowMarginal", "count_states", "MAX_STATES"]
+__all__ = ["BCERowMarginal", "collapsed_log_marginal", "posterior_mean_membership",
+           "count_states", "check_n_states", "MAX_STATES"]
 
 MAX_STATES = 20_000
 """Largest number of count-vector states :class:`BCERowMarginal` accepts (``C(M+K, K)``)."""
@@ -81,15 +86,119 @@ def count_states(max_level: int, n_clusters: int):
     return counts, counts.sum(1), pred
 
 
-def _check_size(max_level, K, max_states):
+def check_n_states(max_level, K, max_states, what="M = {C} base clusterings",
+                   spec="consensuskit.models.bce.model"):
+    """``C(C+K, K)`` for ``C = max_level`` columns; ValueError above ``max_states``."""
     S = n_count_states(max_level, K)
     if S > max_states:
         raise ValueError(
-            f"the exact BCE row marginal needs C(M+K, K) = {S} count states for M = "
-            f"{max_level} base clusterings and K = {K} clusters, more than max_states = "
-            f"{max_states}; use the uncollapsed spec (consensuskit.models.bce.model, theta "
-            "sampled) or raise max_states if memory allows (rows x states x K floats)")
+            f"the exact row marginal needs C(C+K, K) = {S} count states for "
+            f"{what.format(C=max_level)} and K = {K} clusters, more than max_states = "
+            f"{max_states}; use the uncollapsed spec ({spec}, theta sampled) or raise "
+            "max_states if memory allows (rows x states x K floats)")
     return S
+
+
+def _forward(lik, observed):
+    """The forward recursion on one block: ``lik`` (n, C, K), ``observed`` (n, C) bool.
+
+    Returns ``(W (n, S) up to exp(log_norm), log_norm (n,), counts (S, K), level (S,),
+    observed columns per row (n,))``; W is 0 off the row's level.
+    """
+    n, C, K = lik.shape
+    counts, level, pred = (torch.as_tensor(a, device=lik.device) for a in count_states(C, K))
+    S = pred.shape[0]
+    dt = lik.dtype
+    # states along dim 0 so that each predecessor gather copies whole rows
+    w = torch.zeros(S + 1, n, dtype=dt, device=lik.device)
+    w[0] = 1.0  # the empty count vector (state 0); row S stays 0 (no predecessor)
+    log_norm = torch.zeros(n, dtype=dt, device=lik.device)
+    # after t columns no row is above level t: states are sorted by level, so the
+    # states of levels <= t + 1 are a prefix of C(t + 1 + K, K) and the rest stay 0
+    ends = np.searchsorted(count_states(C, K)[1], np.arange(C + 1), side="right")
+    t = 0
+    for j in range(C):
+        obs = observed[:, j]
+        if not bool(obs.any()):
+            continue
+        t += 1
+        P = int(ends[t])
+        b = lik[:, j, :].T  # (K, n)
+        step = w.index_select(0, pred[:P, 0]) * b[0]
+        for k in range(1, K):
+            step = step + w.index_select(0, pred[:P, k]) * b[k]
+        c = step.sum(0)  # (n,)
+        step = torch.cat([step / c, w.new_zeros(S + 1 - P, n)], 0)
+        w = torch.where(obs, step, w)
+        log_norm = log_norm + torch.where(obs, c.log(), log_norm.new_zeros(()))
+    return w[:S].T, log_norm, counts, level, observed.sum(1)
+
+
+def _log_polya(alpha, counts, level):
+    """``log P(n; alpha)`` for every state, (S,)."""
+    A = alpha.sum()
+    return (torch.lgamma(alpha + counts).sum(-1) - torch.lgamma(alpha).sum()
+            + torch.lgamma(A) - torch.lgamma(A + level))
+
+
+def _marginal_block(alpha, lik, observed):
+    w, log_norm, counts, level, V = _forward(lik, observed)
+    lp = _log_polya(alpha, counts.to(alpha.dtype), level.to(alpha.dtype))
+    on_level = level[None, :] == V[:, None]  # (n, S): the states a row can end in
+    lp = torch.where(on_level, lp[None, :], lp.new_tensor(-float("inf")))
+    mx = lp.max(-1, keepdim=True).values.detach()
+    terms = w * torch.exp(lp - mx)  # zero off the row's level (exp(-inf) = 0)
+    total = terms.sum(-1)
+    return log_norm + mx.squeeze(-1) + total.log(), terms / total[:, None]
+
+
+def collapsed_log_marginal(alpha, lik, observed, *, return_posterior=False):
+    """``log p(row_i | alpha, ...)`` with ``theta_i`` and every ``z_ic`` summed out.
+
+    The recursion of the module docstring for any per-column likelihoods: column ``c`` of
+    row ``i`` contributes ``lik[i, c, k] = p(value_ic | z_ic = k)`` (BCE: ``beta_j[k,
+    x_ij]``; GBCE adds a Normal density per feature), unobserved columns nothing.
+
+    Parameters
+    ----------
+    alpha : Tensor (K,)
+    lik : Tensor (n, C, K)
+        Per-column likelihoods (any finite value where not observed).  A row's result
+        is exact up to the floating point of the rescaled recursion; scale a column by a
+        per-row constant (and add its log to the result) to keep it in range.
+    observed : BoolTensor (n, C)
+    return_posterior : bool
+        Also return ``p(n | row_i)`` (n, S) over :func:`count_states` ``(C, K)``.
+
+    Returns
+    -------
+    Tensor (n,) (and (n, S)); differentiable in ``alpha`` and ``lik``; computed in blocks
+    of rows (bounded memory).
+    """
+    n, C, K = lik.shape
+    block = max(1, _BLOCK_ELEMENTS // n_count_states(C, K))
+    if n <= block:
+        parts = [_marginal_block(alpha, lik, observed)]
+    else:
+        parts = [_marginal_block(alpha, lik[i:i + block], observed[i:i + block])
+                 for i in range(0, n, block)]
+    logp = parts[0][0] if len(parts) == 1 else torch.cat([p[0] for p in parts])
+    if not return_posterior:
+        return logp
+    return logp, (parts[0][1] if len(parts) == 1 else torch.cat([p[1] for p in parts]))
+
+
+def posterior_mean_membership(alpha, post, n_columns):
+    """``E[theta_i | row_i] = sum_n p(n | row_i) (alpha + n) / (A + |n|)``, (n, K).
+
+    ``post`` (n, S) from :func:`collapsed_log_marginal` with ``return_posterior=True`` on
+    ``n_columns`` columns.
+    """
+    counts, level, _ = count_states(n_columns, alpha.shape[0])
+    counts = torch.as_tensor(counts, device=alpha.device, dtype=alpha.dtype)
+    level = torch.as_tensor(level, device=alpha.device, dtype=alpha.dtype)
+    mean = (alpha + counts) / (alpha.sum() + level)[:, None]  # (S, K)
+    return post @ mean
 
 
 class BCERowMarginal(TorchDistribution):
@@ -119,7 +228,7 @@ class BCERowMarginal(TorchDistribution):
                              f"{tuple(alpha.shape)} and {tuple(beta.shape)}")
         self.alpha, self.beta = alpha, beta.to(alpha.dtype)
         M, K, kmax = beta.shape
-        _check_size(M, K, max_states)
+        check_n_states(M, K, max_states)
         self.max_states = max_states
         self._support = constraints.independent(constraints.integer_interval(-1, kmax - 1), 1)
         super().__init__(torch.Size(), torch.Size([M]), validate_args=validate_args)
@@ -129,70 +238,15 @@ class BCERowMarginal(TorchDistribution):
         return self._support
 
     # ------------------------------------------------------------ the recursion
-    def _tables(self):
-        M, K = self.beta.shape[:2]
-        counts, level, pred = count_states(M, K)
-        dev = self.alpha.device
-        return (torch.as_tensor(counts, device=dev), torch.as_tensor(level, device=dev),
-                torch.as_tensor(pred, device=dev))
-
-    def _final_state_weights(self, x):
-        """Forward recursion on rows ``x`` (n, M): ``(log W (n, S) up to log_norm, log_norm (n,),
-        counts (S, K), level (S,), observed per row (n,))``; W is 0 off the row's level."""
-        n, M = x.shape
-        counts, level, pred = self._tables()
-        S, K = pred.shape
-        dt = self.alpha.dtype
-        # states along dim 0 so that each predecessor gather copies whole rows
-        w = torch.zeros(S + 1, n, dtype=dt, device=x.device)
-        w[0] = 1.0  # the empty count vector (state 0); row S stays 0 (no predecessor)
-        log_norm = torch.zeros(n, dtype=dt, device=x.device)
-        observed = x >= 0
-        # after t columns no row is above level t: states are sorted by level, so the
-        # states of levels <= t + 1 are a prefix of C(t + 1 + K, K) and the rest stay 0
-        ends = np.searchsorted(count_states(M, K)[1], np.arange(M + 1), side="right")
-        t = 0
-        for j in range(M):
-            obs = observed[:, j]
-            if not bool(obs.any()):
-                continue
-            t += 1
-            P = int(ends[t])
-            b = self.beta[j].index_select(1, x[:, j].clamp(min=0))  # (K, n): beta_j[k, x_ij]
-            step = w.index_select(0, pred[:P, 0]) * b[0]
-            for k in range(1, K):
-                step = step + w.index_select(0, pred[:P, k]) * b[k]
-            c = step.sum(0)  # (n,)
-            step = torch.cat([step / c, w.new_zeros(S + 1 - P, n)], 0)
-            w = torch.where(obs, step, w)
-            log_norm = log_norm + torch.where(obs, c.log(), log_norm.new_zeros(()))
-        return w[:S].T, log_norm, counts, level, observed.sum(1)
-
-    def _log_polya(self, counts, level):
-        """``log P(n; alpha)`` for every state, (S,)."""
-        a = self.alpha
-        A = a.sum()
-        return (torch.lgamma(a + counts).sum(-1) - torch.lgamma(a).sum()
-                + torch.lgamma(A) - torch.lgamma(A + level))
+    def _label_likelihoods(self, x):
+        """``beta_j[k, x_ij]`` for rows ``x`` (n, M) -> (n, M, K) (any value where missing)."""
+        M = x.shape[1]
+        return self.beta[torch.arange(M, device=x.device)[None, :], :, x.clamp(min=0)]
 
     def _posterior_states(self, x):
         """``log p(x_i)`` (n,) and ``p(n | x_i)`` (n, S), in blocks of rows (bounded memory)."""
-        S = n_count_states(*self.beta.shape[:2])
-        block = max(1, _BLOCK_ELEMENTS // S)
-        if x.shape[0] <= block:
-            return self._posterior_block(x)
-        parts = [self._posterior_block(x[i:i + block]) for i in range(0, x.shape[0], block)]
-        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-
-    def _posterior_block(self, x):
-        w, log_norm, counts, level, V = self._final_state_weights(x)
-        lp = self._log_polya(counts.to(self.alpha.dtype), level.to(self.alpha.dtype))
-        on_level = level[None, :] == V[:, None]  # (n, S): the states a row can end in
-        lp = torch.where(on_level, lp[None, :], lp.new_tensor(-float("inf")))
-        mx = lp.max(-1, keepdim=True).values.detach()
-        terms = w * torch.exp(lp - mx)  # zero off the row's level (exp(-inf) = 0)
-        total = terms.sum(-1)
-        return log_norm + mx.squeeze(-1) + total.log(), terms / total[:, None]
+        return collapsed_log_marginal(self.alpha, self._label_likelihoods(x), x >= 0,
+                                      return_posterior=True)
 
     def _rows(self, value):
         value = torch.as_tensor(value, device=self.alpha.device)
@@ -211,11 +265,8 @@ class BCERowMarginal(TorchDistribution):
     def membership(self, value):
         """``E[theta_i | x_i, alpha, beta]`` for rows ``value`` (..., M) -> (..., K), exact."""
         x, shape = self._rows(value)
-        counts, level, _ = self._tables()
         _, post = self._posterior_states(x)
-        a = self.alpha
-        mean = (a + counts.to(a.dtype)) / (a.sum() + level.to(a.dtype))[:, None]  # (S, K)
-        return (post @ mean).reshape(*shape, a.shape[0])
+        return posterior_mean_membership(self.alpha, post, x.shape[1]).reshape(*shape, -1)
 
     def sample(self, sample_shape=()):
         """Complete rows (..., M) simulated as the model does: theta, then z, then x."""

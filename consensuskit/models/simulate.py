@@ -64,7 +64,9 @@ def simulate(spec, *, n_rows, n_labels, n_clusters, params=None, seed=None, **sp
     latents : dict of str -> ndarray
         Every latent sample site of the draw, given or sampled: the global parameters
         (e.g. MM's ``pi`` (K,), ``theta_j`` (K, k_j)) and the per-row latents (``z``
-        (N,) or BCE's ``theta`` (N, K) and ``z`` (M, N)).  Label sites are left out.
+        (N,) or BCE's ``theta`` (N, K) and ``z`` (M, N)).  Label sites are left out;
+        other simulated data stay in (GBCE's features, site ``"o"`` (D, N), with
+        ``n_features=D``; :func:`consensuskit.models.gbce.simulate` lays them out (N, D)).
     """
     model = getattr(spec, "model", spec)
     data = {k: _as_value(v) for k, v in (params or {}).items()}
