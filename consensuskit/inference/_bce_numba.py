@@ -62,7 +62,10 @@ TILE = 64
 N_TERMS = 3
 
 _FASTMATH = {"contract", "arcp", "reassoc", "nsz"}
-_OPTS = {"cache": True, "fastmath": _FASTMATH, "error_model": "numpy"}
+_OPTS = {"cache": True, "fastmath": _FASTMATH, "error_model": "numpy", "no_cfunc_wrapper": True}
+# the scalar pieces are inlined by numba (typed IR copied into the kernel), not by LLVM
+# as in :mod:`consensuskit.inference.nbce_gibbs`: that compiles in about 2/3 of the time
+# but the kernel's loops then no longer vectorise (2.7 times slower)
 _INLINE = dict(_OPTS, inline="always")
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _LN2_HI = 6.93147180369123816490e-01  # ln 2 split for an exact n * ln2 (Cody-Waite)

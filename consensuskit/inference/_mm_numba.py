@@ -31,13 +31,16 @@ from numba import njit
 from ._bce_numba import _exp, _log
 
 _OPTS = {"cache": True, "error_model": "numpy", "boundscheck": False,
-         "fastmath": {"contract", "arcp", "reassoc", "nsz"}}
+         "fastmath": {"contract", "arcp", "reassoc", "nsz"}, "no_cfunc_wrapper": True}
+#: kernels that only kernels call: no Python wrapper (see the compile-time notes in
+#: :mod:`consensuskit.inference.nbce_gibbs`)
+_INNER = dict(_OPTS, no_cpython_wrapper=True)
 
 #: rows whose responsibilities are exponentiated together (one vectorised loop)
 TILE = 8
 
 
-@njit(**_OPTS)
+@njit(**_INNER)
 def _tables(log_pi, log_theta, offsets, slots, miss, gstart, toff):
     """Flat (T, K) table of ``sum_j log theta_jk(slot_j)`` per group, ``log pi`` in group 0.
 

@@ -70,7 +70,7 @@ old value and is counted (``move_stats``; the estimator warns).
 Chains
 ------
 Each chain has its own generator, seeded once from ``random_state``, so the chains
-run on threads (``n_jobs``; the compiled iteration releases the GIL) and give the same
+run on threads (``n_jobs``; the compiled moves release the GIL) and give the same
 draws for any number of threads.
 """
 
@@ -107,7 +107,35 @@ __all__ = [
 # ---------------------------------------------------------------------------
 # compiled kernels
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True)
+# Compilation cost.  In a fresh installation (no numba cache) these kernels are
+# compiled on first use, so their structure is chosen for compile time as well as run
+# time (``experiments/compile_times.py`` measures it):
+#
+# * every kernel is compiled once and linked into its callers; LLVM inlines the
+#   per-point ones (``_HOT``: ``forceinline``).  numba's ``inline='always'`` instead
+#   copies the callee's typed IR into every caller, and typing the copies costs more
+#   than it saves (all of them inlined: 30 s of compilation);
+# * kernels that only other kernels call get no Python or C entry point (wrappers cost
+#   compile time per function) and no reference counting (``_nrt=False``: they
+#   allocate nothing, and the atomic reference-count updates that numba puts around
+#   every array view made the sweep up to 1.8 times slower);
+# * integer constants passed to a kernel are wrapped as ``np.int64(...)``: a literal
+#   argument compiles one specialisation of the callee per value;
+# * the moves of an iteration are separate kernels called from Python
+#   (:meth:`GibbsState.iterate`), not one kernel that links them all: its final
+#   optimisation re-processed every move's code once more.
+#: kernels that Python calls
+_ENTRY = dict(cache=True, no_cfunc_wrapper=True)
+#: kernels that only other kernels call; calling one from Python would jump to a null
+#: pointer (no Python entry point)
+_INNER_ALLOC = dict(_ENTRY, no_cpython_wrapper=True)
+#: ... and that allocate nothing
+_INNER = dict(_INNER_ALLOC, _nrt=False)
+#: the per-point kernels of the sweep and of the split-merge allocation
+_HOT = dict(_INNER, forceinline=True)
+
+
+@numba.njit(**_ENTRY)
 def _seed(s):
     np.random.seed(s)  # noqa: NPY002 - numba's own per-thread generator
 
@@ -116,7 +144,7 @@ _TINY = 1e-100  # rescale the running weights when their maximum drops below thi
 _BLOCK = 16  # columns between underflow checks
 
 
-@numba.njit(cache=True, inline='always')
+@numba.njit(**_HOT)
 def _slot_update(n, k, s, delta, idx, nlk, ckm, snum, sinv, beta, Jbeta):
     """Counts of component k (in slot s) after adding (+1) or removing (-1) row n."""
     for m in range(idx.shape[1]):
@@ -130,7 +158,7 @@ def _slot_update(n, k, s, delta, idx, nlk, ckm, snum, sinv, beta, Jbeta):
             sinv[m, s] = 1.0 / (Jbeta[m] + cm)
 
 
-@numba.njit(cache=True)
+@numba.njit(**_INNER)
 def _move(n, k, delta, idx, cnt, nlk, num, ckm, invden, beta, Jbeta):
     """Add (delta=+1) or remove (delta=-1) point n to/from cluster k (tables in
     component order: slot k is component k)."""
@@ -138,7 +166,7 @@ def _move(n, k, delta, idx, cnt, nlk, num, ckm, invden, beta, Jbeta):
     _slot_update(n, k, k, delta, idx, nlk, ckm, num, invden, beta, Jbeta)
 
 
-@numba.njit(cache=True, fastmath=True)
+@numba.njit(**_INNER, fastmath=True)
 def _sample_index(w, n):
     """Index ``k < n`` drawn with probability ``w[k] / sum(w[:n])`` (numba's generator)."""
     tot = 0.0
@@ -160,7 +188,7 @@ def _sample_index(w, n):
 # component plus one empty representative (slot n_occ; all empty columns hold the
 # same values beta and 1/(k_j beta)) is a contiguous, vectorised product over the
 # first n_occ + 1 slots.  ``occ`` (2,) holds n_occ and the last occupied component.
-@numba.njit(cache=True)
+@numba.njit(**_INNER)
 def _pack_slots(cnt, num, invden, slot_of, comp_of, snum, sinv, occ):
     """Order the components into slots (occupied first, each group in label order)."""
     K = cnt.shape[0]
@@ -187,7 +215,7 @@ def _pack_slots(cnt, num, invden, slot_of, comp_of, snum, sinv, occ):
             sinv[m, slot_of[k]] = invden[m, k]
 
 
-@numba.njit(cache=True)
+@numba.njit(**_INNER)
 def _unpack_slots(slot_of, snum, sinv, num, invden):
     """Write the slot tables back in component order."""
     K = slot_of.shape[0]
@@ -199,7 +227,7 @@ def _unpack_slots(slot_of, snum, sinv, num, invden):
             invden[m, k] = sinv[m, slot_of[k]]
 
 
-@numba.njit(cache=True)
+@numba.njit(**_INNER)
 def _slot_vacate(k, cnt, snum, sinv, slot_of, comp_of, occ):
     """Component k just emptied: it swaps slots with the last occupied one (``L + M``
     entries; rare, kept out of the inlined hot path)."""
@@ -227,7 +255,7 @@ def _slot_vacate(k, cnt, snum, sinv, slot_of, comp_of, occ):
         occ[1] = j
 
 
-@numba.njit(cache=True)
+@numba.njit(**_INNER)
 def _slot_occupy(k, slot_of, comp_of, occ):
     """Empty component k is about to be filled: it takes slot n_occ (the columns of
     empty slots are equal, so only the slot indices change)."""
@@ -244,7 +272,7 @@ def _slot_occupy(k, slot_of, comp_of, occ):
         occ[1] = k
 
 
-@numba.njit(cache=True, fastmath=True, inline='always')
+@numba.njit(**_HOT)
 def _slot_likelihood(n, idx, snum, sinv, ns, lik):
     """Rescaled likelihood of row ``n``'s labels under slots ``0..ns-1`` into ``lik``.
 
@@ -274,7 +302,7 @@ def _slot_likelihood(n, idx, snum, sinv, ns, lik):
                     lik[s] *= sc
 
 
-@numba.njit(cache=True, fastmath=True, inline='always')
+@numba.njit(**_HOT)
 def _slot_weights(n_rest, cnt, comp_of, slot_of, n_occ, last, lik, inv1a, a0, afsd, prior, w):
     """Unnormalised conditional of a removed point from the slot likelihoods ``lik``.
 
@@ -331,7 +359,7 @@ def _slot_weights(n_rest, cnt, comp_of, slot_of, n_occ, last, lik, inv1a, a0, af
     return ns, head, (acc * e if last < K - 1 else 0.0)
 
 
-@numba.njit(cache=True, inline='always')
+@numba.njit(**_HOT)
 def _slot_draw(ns, head, tail, w, comp_of, n_occ, last, a0, inv1a, prior):
     """A component drawn from the weights of :func:`_slot_weights`."""
     K = comp_of.shape[0]
@@ -361,14 +389,14 @@ def _slot_draw(ns, head, tail, w, comp_of, n_occ, last, a0, inv1a, prior):
     return comp_of[n_occ + min(int(np.random.random() * n_empty), n_empty - 1)]  # noqa: NPY002
 
 
-@numba.njit(cache=True)
+@numba.njit(**_INNER_ALLOC)
 def _slot_workspace(L, M, K):
     """Work arrays of the slot layout: slot_of, comp_of, snum, sinv, occ, w, lik."""
     return (np.empty(K, dtype=np.int64), np.empty(K, dtype=np.int64), np.empty((L, K)),
             np.empty((M, K)), np.empty(2, dtype=np.int64), np.empty(K), np.empty(K))
 
 
-@numba.njit(cache=True, inline='always')
+@numba.njit(**_HOT)
 def _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ, n_rest, inv1a, a0, afsd,
                       prior, w, lik):
     """Conditional of the removed row ``n`` (:func:`_slot_likelihood` then
@@ -384,20 +412,21 @@ def _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ, n_rest, in
                          prior, w)
 
 
-@numba.njit(cache=True)
+@numba.njit(**_ENTRY, nogil=True)
 def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, prior, n_sweeps):
     """``n_sweeps`` systematic-scan Gibbs sweeps over the points, in the slot layout."""
     N, M = idx.shape
     K = cnt.shape[0]
     slot_of, comp_of, snum, sinv, occ, w, lik = _slot_workspace(num.shape[0], M, K)
     _pack_slots(cnt, num, invden, slot_of, comp_of, snum, sinv, occ)
+    out, into = np.int64(-1), np.int64(1)  # not literals: see _HOT
     for _ in range(n_sweeps):
         for n in range(N):
-            # the per-point kernels are inlined (numba inline='always'): a call passing
-            # a dozen arrays costs more than the update itself
+            # the per-point kernels are inlined by LLVM (_HOT): a call passing a dozen
+            # arrays would cost more than the update itself
             k = z[n]
             cnt[k] -= 1
-            _slot_update(n, k, slot_of[k], -1, idx, nlk, ckm, snum, sinv, beta, Jbeta)
+            _slot_update(n, k, slot_of[k], out, idx, nlk, ckm, snum, sinv, beta, Jbeta)
             if cnt[k] == 0:
                 _slot_vacate(k, cnt, snum, sinv, slot_of, comp_of, occ)
             ns, head, tail = _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ,
@@ -407,11 +436,11 @@ def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, pr
             if cnt[knew] == 0:
                 _slot_occupy(knew, slot_of, comp_of, occ)
             cnt[knew] += 1
-            _slot_update(n, knew, slot_of[knew], 1, idx, nlk, ckm, snum, sinv, beta, Jbeta)
+            _slot_update(n, knew, slot_of[knew], into, idx, nlk, ckm, snum, sinv, beta, Jbeta)
     _unpack_slots(slot_of, snum, sinv, num, invden)
 
 
-@numba.njit(cache=True)
+@numba.njit(**_ENTRY)
 def _conditional_nb(n, k0, n_draws, idx, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0,
                     afsd, prior):
     """The sweep's conditional of z_n (row n, now in component k0), shape (T,)
@@ -422,7 +451,7 @@ def _conditional_nb(n, k0, n_draws, idx, cnt, nlk, num, ckm, invden, beta, Jbeta
     slot_of, comp_of, snum, sinv, occ, w, lik = _slot_workspace(num.shape[0], M, K)
     _pack_slots(cnt, num, invden, slot_of, comp_of, snum, sinv, occ)
     cnt[k0] -= 1
-    _slot_update(n, k0, slot_of[k0], -1, idx, nlk, ckm, snum, sinv, beta, Jbeta)
+    _slot_update(n, k0, slot_of[k0], np.int64(-1), idx, nlk, ckm, snum, sinv, beta, Jbeta)
     if cnt[k0] == 0:
         _slot_vacate(k0, cnt, snum, sinv, slot_of, comp_of, occ)
     n_occ, last = occ[0], occ[1]
@@ -449,11 +478,11 @@ def _conditional_nb(n, k0, n_draws, idx, cnt, nlk, num, ckm, invden, beta, Jbeta
     if cnt[k0] == 0:
         _slot_occupy(k0, slot_of, comp_of, occ)
     cnt[k0] += 1
-    _slot_update(n, k0, slot_of[k0], 1, idx, nlk, ckm, snum, sinv, beta, Jbeta)
+    _slot_update(n, k0, slot_of[k0], np.int64(1), idx, nlk, ckm, snum, sinv, beta, Jbeta)
     return full, draws
 
 
-@numba.njit(cache=True)
+@numba.njit(**_ENTRY)
 def _tsb_stick_pair(nk, nk1, rest, a0, last):
     """log-prior terms of sticks k and k+1 given N_k, N_{k+1}, N_{>k+1}."""
     v = (math.lgamma(1.0 + nk) + math.lgamma(a0 + nk1 + rest)
@@ -463,7 +492,7 @@ def _tsb_stick_pair(nk, nk1, rest, a0, last):
     return v
 
 
-@numba.njit(cache=True)
+@numba.njit(**_INNER_ALLOC)
 def _tsb_swaps(cnt, nlk, num, ckm, invden, a0, perm):
     """Metropolis label swaps of adjacent components k <-> k+1 (TSB only).
 
@@ -510,7 +539,7 @@ def _tsb_swaps(cnt, nlk, num, ckm, invden, a0, perm):
         rest = cnt[k + 1] + r  # N_{>k} after a possible swap
 
 
-@numba.njit(cache=True)
+@numba.njit(**_INNER)
 def _log_prior_nb(cnt, a0, code):
     """``log p(z | alpha0)`` from the sizes (the kernel's branch of
     :class:`~consensuskit.models.nbce_priors.TSB` (code 0) / ``FSD`` (code 1))."""
@@ -533,7 +562,7 @@ def _log_prior_nb(cnt, a0, code):
     return v
 
 
-@numba.njit(cache=True)
+@numba.njit(**_INNER)
 def _loglik_nb(nlk, ckm, n_labels, beta):
     """``log p(x | z, beta)``, theta integrated out, from ``nlk`` (L, T) and ``ckm`` (M, T)."""
     v = 0.0
@@ -553,13 +582,13 @@ def _loglik_nb(nlk, ckm, n_labels, beta):
     return v
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(**_ENTRY, nogil=True)
 def _log_joint_nb(cnt, nlk, ckm, n_labels, a0, beta, code):
     """Collapsed ``log p(x, z | alpha0, beta)`` from the counts."""
     return _log_prior_nb(cnt, a0, code) + _loglik_nb(nlk, ckm, n_labels, beta)
 
 
-@numba.njit(cache=True)
+@numba.njit(**_INNER)
 def _group_loglik(gl, gm, Jbeta, beta):
     """Dirichlet-multinomial log-likelihood of one cluster: counts ``gl`` (L,), ``gm`` (M,)."""
     v = 0.0
@@ -573,7 +602,7 @@ def _group_loglik(gl, gm, Jbeta, beta):
     return v
 
 
-@numba.njit(cache=True, inline='always')
+@numba.njit(**_HOT)
 def _add_row(idx, n, gl, gm):
     for m in range(idx.shape[1]):
         l = idx[n, m]
@@ -582,7 +611,7 @@ def _add_row(idx, n, gl, gm):
             gm[m] += 1
 
 
-@numba.njit(cache=True, inline='always')
+@numba.njit(**_HOT)
 def _log_two(d):
     """``(log p0, log p1)`` of the two-way choice with ``log(p1/p0) = d``."""
     if d > 0.0:
@@ -592,7 +621,7 @@ def _log_two(d):
     return -t, d - t
 
 
-@numba.njit(cache=True, fastmath=True, inline='always')
+@numba.njit(**_HOT)
 def _group_ratio(idx, n, gl, gm, beta, Jbeta):
     """``p(x_n | group 1) / p(x_n | group 0)`` as ``(rat, d)``, the ratio being
     ``rat * exp(d)``: the Dirichlet-multinomial predictives of row n given the label
@@ -634,7 +663,7 @@ _RATIO_BLOCK = 8  # columns per division in _group_ratio
 _SM_BLOCK = 64  # split-merge members allocated in index order within blocks of this size
 
 
-@numba.njit(cache=True)
+@numba.njit(**_INNER)
 def _pair_loglik(nlk, ckm, a, b, Jbeta, beta):
     """``(ll_a + ll_b, ll_ab)``: the Dirichlet-multinomial log-likelihoods of components
     ``a`` and ``b`` apart and merged, from the count tables (as :func:`_group_loglik`)."""
@@ -661,7 +690,7 @@ def _pair_loglik(nlk, ckm, a, b, Jbeta, beta):
     return sep, one
 
 
-@numba.njit(cache=True)
+@numba.njit(**_ENTRY, nogil=True)
 def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_prop, stats):
     """``n_prop`` sequentially-allocated split-merge Metropolis-Hastings moves (Dahl 2003).
 
@@ -830,7 +859,7 @@ def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_pr
                 z[n] = dst
 
 
-@numba.njit(cache=True)
+@numba.njit(**_INNER)
 def _block_prior_deltas(cnt, a, a0, code, out):
     """``out[k] = log p(z with a more points in k) - log p(z)`` for every component k."""
     K = cnt.shape[0]
@@ -857,7 +886,7 @@ def _block_prior_deltas(cnt, a, a0, code, out):
         ge = gt
 
 
-@numba.njit(cache=True)
+@numba.njit(**_ENTRY, nogil=True)
 def _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr, brows,
                  n_moves, stats):
     """Gibbs moves of whole groups of identical rows (same labels, same missing entries).
@@ -941,7 +970,7 @@ def identical_row_groups(idx):
     return ptr.astype(np.int64), rows.astype(np.int64)
 
 
-@numba.njit(cache=True)
+@numba.njit(**_INNER)
 def _hyper_logpdf(which, x, cnt, nlk, ckm, n_labels, code, shape, rate):
     """Log conditional density of alpha0 (which=0) or beta (1) at ``x`` (Gamma prior)."""
     if not (x > 0.0) or not math.isfinite(x):
@@ -953,7 +982,7 @@ def _hyper_logpdf(which, x, cnt, nlk, ckm, n_labels, code, shape, rate):
     return v + (shape - 1.0) * math.log(x) - rate * x
 
 
-@numba.njit(cache=True)
+@numba.njit(**_INNER)
 def _slice_log_nb(which, x0, cnt, nlk, ckm, n_labels, code, shape, rate, width, max_steps):
     """One slice-sampling update (Neal 2003: stepping out by at most ``max_steps``
     intervals, split at random between the two sides, then shrinkage) of ``log x``.
@@ -987,7 +1016,7 @@ def _slice_log_nb(which, x0, cnt, nlk, ckm, n_labels, code, shape, rate, width, 
     return x0, 1
 
 
-@numba.njit(cache=True)
+@numba.njit(**_ENTRY)
 def _refresh_tables(nlk, ckm, num, invden, Jbeta, inv1a, n_labels, a0, beta):
     """Rebuild the tables that depend on alpha0 and beta."""
     for m in range(ckm.shape[0]):
@@ -1001,40 +1030,33 @@ def _refresh_tables(nlk, ckm, num, invden, Jbeta, inv1a, n_labels, a0, beta):
         inv1a[n] = 1.0 / (1.0 + a0 + n)
 
 
-@numba.njit(cache=True, nogil=True)
-def _iteration(idx, z, cnt, nlk, num, ckm, invden, Jbeta, inv1a, hyp, n_labels, code,
-               n_split_merge, update_hyper, hyper_prior, stats, bptr, brows):
-    """One iteration of the chain: a systematic Gibbs sweep over the points, then
-    ``n_split_merge`` split-merge moves and as many moves of groups of identical rows
-    (``bptr``, ``brows``: :func:`identical_row_groups`), then (TSB) adjacent label
-    swaps, then (if ``update_hyper``) slice updates of alpha0 | z and beta | x, z.
+@numba.njit(**_ENTRY, nogil=True)
+def _label_swaps(z, cnt, nlk, num, ckm, invden, a0):
+    """TSB's adjacent label swaps (:func:`_tsb_swaps`), then ``z`` relabelled in place."""
+    perm = np.arange(cnt.shape[0])
+    _tsb_swaps(cnt, nlk, num, ckm, invden, a0, perm)
+    for n in range(z.shape[0]):
+        z[n] = perm[z[n]]
+
+
+@numba.njit(**_ENTRY, nogil=True)
+def _update_hyper(cnt, nlk, num, ckm, invden, Jbeta, inv1a, hyp, n_labels, code, hyper_prior,
+                  stats):
+    """Slice updates of alpha0 | z and beta | x, z (:func:`_slice_log_nb`), then the tables
+    that depend on them.
 
     ``hyp`` (2,) holds alpha0, beta and is updated in place; ``hyper_prior`` (4,) the
-    Gamma shape and rate of alpha0 then of beta; ``stats`` (int64, 7) accumulates the
-    split-merge counts (see :func:`_split_merge`), the slice updates that kept the
-    old value, and the group moves that changed a component (:func:`_block_moves`).
+    Gamma shape and rate of alpha0 then of beta; ``stats[5]`` counts the updates that
+    kept the old value.
     """
-    K = cnt.shape[0]
-    a0, beta = hyp[0], hyp[1]
-    _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, a0 / K, code, 1)
-    if n_split_merge > 0:
-        _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_split_merge,
-                     stats)
-        _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr, brows,
-                     n_split_merge, stats)
-    if code == 0:
-        perm = np.arange(K)
-        _tsb_swaps(cnt, nlk, num, ckm, invden, a0, perm)
-        for n in range(z.shape[0]):
-            z[n] = perm[z[n]]
-    if update_hyper:
-        a0, f0 = _slice_log_nb(0, a0, cnt, nlk, ckm, n_labels, code, hyper_prior[0],
-                               hyper_prior[1], 1.0, 50)
-        beta, f1 = _slice_log_nb(1, beta, cnt, nlk, ckm, n_labels, code, hyper_prior[2],
-                                 hyper_prior[3], 1.0, 50)
-        stats[5] += f0 + f1
-        hyp[0], hyp[1] = a0, beta
-        _refresh_tables(nlk, ckm, num, invden, Jbeta, inv1a, n_labels, a0, beta)
+    # np.int64(...): a plain constant would compile a specialisation of the callee per value
+    a0, f0 = _slice_log_nb(np.int64(0), hyp[0], cnt, nlk, ckm, n_labels, code, hyper_prior[0],
+                           hyper_prior[1], 1.0, np.int64(50))
+    beta, f1 = _slice_log_nb(np.int64(1), hyp[1], cnt, nlk, ckm, n_labels, code,
+                             hyper_prior[2], hyper_prior[3], 1.0, np.int64(50))
+    stats[5] += f0 + f1
+    hyp[0], hyp[1] = a0, beta
+    _refresh_tables(nlk, ckm, num, invden, Jbeta, inv1a, n_labels, a0, beta)
 
 
 # ---------------------------------------------------------------------------
@@ -1071,7 +1093,7 @@ class GibbsState:
         rows, cols = np.nonzero(self.idx >= 0)
         np.add.at(self.nlk, (self.idx[rows, cols], self.z[rows]), 1)
         np.add.at(self.ckm, (cols, self.z[rows]), 1)
-        #: split-merge and slice counters, see :func:`_iteration`
+        #: split-merge and slice counters, see :meth:`iterate`
         self.stats = np.zeros(7, dtype=np.int64)
         #: groups of identical rows, moved together (:func:`_block_moves`)
         self.group_ptr, self.group_rows = identical_row_groups(self.idx)
@@ -1110,16 +1132,27 @@ class GibbsState:
 
     def iterate(self, n_split_merge=0, update_hyper=False,
                 hyper_prior=((1.0, 1.0), (1.0, 1.0))):
-        """One compiled iteration: Gibbs sweep, ``n_split_merge`` split-merge moves,
-        label swaps (TSB), slice updates of alpha0 and beta (if ``update_hyper``).
+        """One iteration of the chain: a systematic Gibbs sweep over the points, then
+        ``n_split_merge`` split-merge moves and as many moves of groups of identical
+        rows, then (TSB) adjacent label swaps, then (if ``update_hyper``) slice updates
+        of alpha0 | z and beta | x, z; ``stats`` accumulates their counts (see
+        :func:`gibbs_nbce`).
 
+        Each move is its own compiled kernel, called from here (microseconds each),
+        so a run compiles only the moves it uses and no kernel links all of them:
+        one fused kernel cost about 1.5 s more CPU to compile in a fresh installation.
         Draws from numba's generator of the calling thread (seed it with ``_seed``).
         """
-        hp = np.asarray(hyper_prior, dtype=np.float64).reshape(4)
-        _iteration(self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden,
-                   self.Jbeta, self.inv1a, self.hyp, self.n_labels, self.prior_code,
-                   int(n_split_merge), bool(update_hyper), hp, self.stats, self.group_ptr,
-                   self.group_rows)
+        n_split_merge = int(n_split_merge)
+        self.sweep(1)
+        if n_split_merge > 0:
+            self.split_merge(n_split_merge)
+            self.group_moves(n_split_merge)
+        self.label_swaps()
+        if update_hyper:
+            hp = np.asarray(hyper_prior, dtype=np.float64).reshape(4)
+            _update_hyper(self.cnt, self.nlk, self.num, self.ckm, self.invden, self.Jbeta,
+                          self.inv1a, self.hyp, self.n_labels, self.prior_code, hp, self.stats)
 
     def sweep(self, n_sweeps=1):
         """Run ``n_sweeps`` systematic-scan sweeps over all points (compiled)."""
@@ -1149,11 +1182,9 @@ class GibbsState:
         single-site Gibbs changes it only slowly; these moves keep the posterior
         invariant and let large clusters move to the front.
         """
-        if self.prior != "tsb":
+        if self.prior_code != 0:
             return
-        perm = np.arange(self.T, dtype=np.int64)
-        _tsb_swaps(self.cnt, self.nlk, self.num, self.ckm, self.invden, self.alpha0, perm)
-        self.z = perm[self.z]
+        _label_swaps(self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden, self.alpha0)
 
     def log_prior(self, alpha0=None):
         a0 = self.alpha0 if alpha0 is None else alpha0

@@ -58,11 +58,23 @@ DIVERGENCES = {"l2": 0, "kl": 1}
 # status codes returned by the kernels
 _RUNNING, _CONVERGED, _STALLED = 0, 1, 2
 
+# numba options, chosen for the compile time of a fresh installation as well as the run
+# time (as in :mod:`consensuskit.inference.nbce_gibbs`, where the reasons are spelled
+# out): kernels that Python calls; kernels that only kernels call, without Python or C
+# wrappers (calling one from Python would jump to a null pointer) and, where they
+# allocate nothing, without reference counting; the per-pair pieces inlined by LLVM.
+# Integer variables passed to kernels start as ``np.int64(0)``, not ``0``: numba would
+# first type them as the literal 0 and compile the callee once more for it.
+_ENTRY = dict(cache=True, error_model="numpy", no_cfunc_wrapper=True)
+_INNER_ALLOC = dict(_ENTRY, no_cpython_wrapper=True)
+_INNER = dict(_INNER_ALLOC, _nrt=False)
+_HOT = dict(_INNER, forceinline=True)
+
 
 # ---------------------------------------------------------------------------
 # scalar pieces
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True, inline="always", error_model="numpy")
+@numba.njit(**_HOT)
 def _dprime(div, c, nn, a):
     """``N * d/da d_phi(c/N, a)``: the weight of ``y_i`` in ``g_j`` for pair {i, j}."""
     if div == 0:
@@ -75,7 +87,7 @@ def _dprime(div, c, nn, a):
     return r
 
 
-@numba.njit(cache=True, inline="always", error_model="numpy")
+@numba.njit(**_HOT)
 def _term(div, c, nn, a):
     """``N * d_phi(c/N, a)`` (zero for N = 0; +inf where the KL term is infinite)."""
     if nn <= 0.0:
@@ -96,7 +108,7 @@ def _term(div, c, nn, a):
     return t
 
 
-@numba.njit(cache=True, inline="always", error_model="numpy")
+@numba.njit(**_HOT)
 def _dterm(div, c, nn, aold, anew):
     """``N d(c/N, anew) - N d(c/N, aold)`` without the constant parts."""
     if div == 0:
@@ -109,7 +121,7 @@ def _dterm(div, c, nn, aold, anew):
     return t
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(**_INNER)
 def _rho(div, eps, a, d, c, nn, m):
     """Directional derivative ``rho(eps)`` of ``f`` along ``e_U - e_V`` at step ``eps``.
 
@@ -132,7 +144,7 @@ def _rho(div, eps, a, d, c, nn, m):
     return r
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(**_ENTRY)
 def _line_search(div, a, d, c, nn, m, ymax, xtol):
     """Exact step ``eps* in [0, ymax]`` minimising ``f(y_J + eps (e_U - e_V))`` (eq. 9).
 
@@ -180,7 +192,7 @@ def _line_search(div, a, d, c, nn, m, ymax, xtol):
     return lo
 
 
-@numba.njit(cache=True, inline="always", error_model="numpy")
+@numba.njit(**_HOT)
 def _best_direction(G, Y, j, K):
     """(gap, U, V) of point j: ``U = argmin_k g_jk``, ``V = argmax_{k: y_jk > 0} g_jk`` (eq. 6)."""
     u = 0
@@ -203,7 +215,7 @@ def _best_direction(G, Y, j, K):
 # ---------------------------------------------------------------------------
 # indexed binary min-heap (pair mode)
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(**_INNER)
 def _sift_up(heap, where, key, p):
     node = heap[p]
     kn = key[node]
@@ -219,7 +231,7 @@ def _sift_up(heap, where, key, p):
     where[node] = p
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(**_INNER)
 def _sift_down(heap, where, key, p, size):
     node = heap[p]
     kn = key[node]
@@ -239,7 +251,7 @@ def _sift_down(heap, where, key, p, size):
     where[node] = p
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(**_INNER)
 def _heap_set(heap, where, key, node, value):
     old = key[node]
     key[node] = value
@@ -249,7 +261,7 @@ def _heap_set(heap, where, key, node, value):
         _sift_down(heap, where, key, where[node], heap.size)
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(**_INNER)
 def _heap_build(heap, where, key):
     n = heap.size
     for i in range(n):
@@ -262,7 +274,7 @@ def _heap_build(heap, where, key):
 # ---------------------------------------------------------------------------
 # dense mode: C, N and A = Y Y^T as (n, n) arrays
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True, inline="always", error_model="numpy")
+@numba.njit(**_HOT)
 def _take_step(Y, J, u, v, eps, yold, K):
     """Move ``eps`` of row ``J``'s mass from ``v`` to ``u`` (all of ``Y[J, v]`` when ``eps``
     reaches it); keep the old row in ``yold``; return ``(du, dv)``, the changes of both."""
@@ -277,7 +289,7 @@ def _take_step(Y, J, u, v, eps, yold, K):
     return Y[J, u] - yold[u], Y[J, v] - yold[v]
 
 
-@numba.njit(cache=True, inline="always", error_model="numpy")
+@numba.njit(**_HOT)
 def _pair_change(div, c, nn, aold, yiu, yiv, du, dv):
     """A pair (J, i) after row ``J``'s step: ``(changed, anew, wold, wnew, dterm)`` with its
     overlap clipped to [0, 1], the derivative weights before and after, and the change
@@ -293,7 +305,7 @@ def _pair_change(div, c, nn, aold, yiu, yiv, du, dv):
     return True, anew, wold, _dprime(div, c, nn, anew), _dterm(div, c, nn, aold, anew)
 
 
-@numba.njit(cache=True, inline="always", error_model="numpy")
+@numba.njit(**_HOT)
 def _update_gradient_row(G, i, u, v, yold, wold, wnew, du, dv, K):
     """Row ``i`` of the gradient after row ``J`` moved (``yold``: J's row before the step)."""
     dw = wnew - wold
@@ -304,7 +316,7 @@ def _update_gradient_row(G, i, u, v, yold, wold, wnew, du, dv, K):
     G[i, v] += wnew * dv
 
 
-@numba.njit(cache=True, inline="always", error_model="numpy")
+@numba.njit(**_HOT)
 def _record(trace, n_rec, f, it, record_every):
     """Keep the objective every ``record_every`` steps while ``trace`` has room."""
     if it % record_every == 0 and n_rec < trace.size:
@@ -313,7 +325,7 @@ def _record(trace, n_rec, f, it, record_every):
     return n_rec
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(**_INNER_ALLOC)
 def _all_directions(G, Y, n, K):
     """The best pair direction ``(gap, u, v)`` of every row, arrays (n,)."""
     gap = np.empty(n)
@@ -324,7 +336,7 @@ def _all_directions(G, Y, n, K):
     return gap, U, V
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(**_ENTRY)
 def _dense_init(Y, C, NN, div):
     n, K = Y.shape
     A = np.empty((n, n))
@@ -353,7 +365,7 @@ def _dense_init(Y, C, NN, div):
     return A, G, gap, U, V, f
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(**_ENTRY)
 def _dense_run(Y, C, NN, A, G, gap, U, V, div, f, n_steps, tol_abs, xtol, record_every,
                it0, trace, n_rec):
     n, K = Y.shape
@@ -365,7 +377,7 @@ def _dense_run(Y, C, NN, A, G, gap, U, V, div, f, n_steps, tol_abs, xtol, record
     status = _RUNNING
     steps = 0
     while steps < n_steps:
-        J = 0
+        J = np.int64(0)
         best = gap[0]
         for j in range(1, n):
             if gap[j] < best:
@@ -376,7 +388,7 @@ def _dense_run(Y, C, NN, A, G, gap, U, V, div, f, n_steps, tol_abs, xtol, record
             break
         u = U[J]
         v = V[J]
-        m = 0
+        m = np.int64(0)
         for i in range(n):
             if i == J:
                 continue
@@ -419,7 +431,7 @@ def _dense_run(Y, C, NN, A, G, gap, U, V, div, f, n_steps, tol_abs, xtol, record
 # ---------------------------------------------------------------------------
 # pair mode: CSR adjacency over the observed pairs
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(**_ENTRY)
 def _pairs_init(Y, ec, en, indptr, nbr, div):
     """Edge-ordered state: ``ea[e] = y_J^T y_nbr[e]`` for the edges ``e`` of each ``J``."""
     n, K = Y.shape
@@ -448,7 +460,7 @@ def _pairs_init(Y, ec, en, indptr, nbr, div):
     return ea, G, gap, U, V, heap, where, 0.5 * f2
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(**_ENTRY)
 def _pairs_run(Y, ec, en, ea, indptr, nbr, rev, G, gap, U, V, heap, where, div, f, n_steps,
                tol_abs, xtol, record_every, it0, trace, n_rec):
     n, K = Y.shape
@@ -472,7 +484,7 @@ def _pairs_run(Y, ec, en, ea, indptr, nbr, rev, G, gap, U, V, heap, where, div, 
             break
         u = U[J]
         v = V[J]
-        m = 0
+        m = np.int64(0)
         for e in range(indptr[J], indptr[J + 1]):
             i = nbr[e]
             di = Y[i, u] - Y[i, v]
@@ -518,7 +530,7 @@ def _pairs_run(Y, ec, en, ea, indptr, nbr, rev, G, gap, U, V, heap, where, div, 
 # ---------------------------------------------------------------------------
 # exact objectives (used to check the incremental bookkeeping)
 # ---------------------------------------------------------------------------
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(**_ENTRY)
 def _pairs_objective(Y, pi, pj, pc, pn, div):
     K = Y.shape[1]
     f = 0.0
