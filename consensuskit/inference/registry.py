@@ -29,12 +29,10 @@ class FastPath:
     make_estimator : callable(**overrides) -> unfitted estimator that runs the engine
     to_spec : callable(fitted estimator) -> (model_kwargs, draws)
         ``draws``: dict global site -> tensor (D, ...) (D = 1 for a point estimate).
-    objective : callable(fitted estimator, **fit_kwargs) -> (engine value, spec value,
-        spec SE) or None
+    objective : callable(fitted estimator) -> (engine value, spec value, spec SE) or None
     data : callable() -> (X_train, X_test, fit_kwargs) or None
         The engine's own check data when labels alone do not fit it (GBCE's features go
-        in ``fit_kwargs``, passed to ``fit`` and to ``objective``); None: the check's
-        shared labels-only data.
+        in ``fit_kwargs``, passed to ``fit``); None: the check's shared labels-only data.
     """
 
     family: str
@@ -90,7 +88,7 @@ def _mm_to_spec(est):
     return kw, draws
 
 
-def _mm_objective(est, **fit_kwargs):
+def _mm_objective(est):
     from ..models import mm
 
     kw, draws = _mm_to_spec(est)
@@ -106,7 +104,7 @@ def _bce_to_spec(est):
     return kw, draws
 
 
-def _bce_objective(est, n_particles=2000, reps=4, **fit_kwargs):
+def _bce_objective(est, n_particles=2000, reps=4):
     """CAVI's reported bound vs the spec's ELBO under the paper's mean-field guide at the
     fitted (alpha, beta, gamma) and phi from one more phi-update at the fitted gamma."""
     import pyro
@@ -151,12 +149,6 @@ def _gbce_data():
     X[(X < 0).all(1), 0] = 0
     F[rs.random(F.shape) < 0.05] = np.nan
     return X[:90], X[90:], dict(features=F[:90])
-
-
-def _gbce_to_spec(est):
-    """GBCE scores the labels with the features integrated out: the spec without
-    features at the fitted ``alpha`` and ``beta``."""
-    return _bce_to_spec(est)
 
 
 def _nbce_point_to_spec(est):
@@ -226,7 +218,9 @@ def _register_builtins():
                              lambda **o: GBCE(n_clusters=3, label_weight=[2.0, 1, 1, 0.5, 1],
                                               feature_weight=[1.0, 0.5], n_init=1, tol=1e-13,
                                               max_iter=2000, random_state=0, **o),
-                             _gbce_to_spec, data=_gbce_data))
+                             # GBCE scores the labels with the features integrated
+                             # out: the spec without features at the fitted alpha, beta
+                             _bce_to_spec, data=_gbce_data))
     for prior, engine in (("fsd", "vb"), ("tsb", "cvb")):
         register_engine(FastPath("nbce", f"{engine}-{prior}", nbce,
                                  lambda prior=prior, engine=engine, **o: NBCE(
