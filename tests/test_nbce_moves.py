@@ -133,6 +133,25 @@ def test_identical_row_groups():
     assert groups == [[0, 1, 2]]
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_identical_row_groups_by_hash_equal_the_exact_grouping(seed, monkeypatch):
+    """The hashed grouping returns exactly np.unique's groups, in its order (rows with
+    missing labels, negative and large codes); a forced hash collision falls back to it."""
+    from consensuskit.inference import nbce_gibbs
+
+    rs = np.random.default_rng(seed)
+    idx = rs.integers(-1, 4, size=(3000, 6)) * np.array([1, 5, 7, 11, 13, 1000])
+    want = nbce_gibbs._identical_row_groups_exact(idx)
+    got = identical_row_groups(idx)
+    assert want[1].size > 100  # many groups of identical rows
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)
+    # every row hashes alike: the check against each group's first row must catch it
+    monkeypatch.setattr(nbce_gibbs, "_ROW_HASH_WEIGHTS", np.zeros(4096, dtype=np.int64))
+    for a, b in zip(want, identical_row_groups(idx)):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("prior", PRIORS)
 def test_chains_do_not_depend_on_threads(prior, rng):
     X = rng.integers(0, 3, size=(40, 5))
