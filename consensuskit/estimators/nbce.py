@@ -431,23 +431,33 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         Z = self.samples_["z"].reshape(-1, self.samples_["z"].shape[-1])
         return co_clustering(Z, pairs)
 
+    def _draw_parameters(self, draws):
+        """Posterior-mean ``(log pi (d, T), log theta (d, T, L))`` given the draws
+        ``draws`` (a slice or integer array over chains x draws, chains stacked), from
+        their stored count tables or, when those were too large to keep, from their z."""
+        o = self.samples_
+        T = o["counts"].shape[-1]
+        D = o["log_joint"].size
+        if "label_counts" in o:
+            Nkl = o["label_counts"].reshape(D, T, -1)[draws]
+            Nkm = o["col_counts"].reshape(D, T, -1)[draws]
+        else:
+            z = o["z"].reshape(D, -1)[draws]
+            Nkl, Nkm = (np.stack(a) for a in zip(*(
+                draw_counts(self._idx_train, zd, T, o["n_labels"]) for zd in z)))
+        return predictive_parameters(
+            o["counts"].reshape(D, T)[draws], Nkl, Nkm,
+            np.asarray(o["alpha0"], dtype=np.float64).reshape(D, 1)[draws],
+            np.asarray(o["beta"], dtype=np.float64).reshape(D, 1, 1)[draws],
+            o["n_labels"], o["prior"])
+
     def _draw_loglik(self, s, idx):
         """Draw s (chains stacked): log pi_k + log p(x_i | theta_k) for its occupied
         components, (n, K_occ), their indices, and the row log-likelihood (n,)
         including the empty components (which share theta_kl = 1/k_j, so they are
         scored once with their summed weight)."""
-        o = self.samples_
-        C, S = o["log_joint"].shape
-        c, d = divmod(s, S)
-        Nk = o["counts"][c, d]
-        if "label_counts" in o:
-            Nkl, Nkm = o["label_counts"][c, d], o["col_counts"][c, d]
-        else:  # too large to keep per draw: recompute from the draw's z
-            Nkl, Nkm = draw_counts(self._idx_train, o["z"][c, d], Nk.size, o["n_labels"])
-        lp, lt = predictive_parameters(
-            Nk, Nkl, Nkm,
-            o["alpha0"][c, d], o["beta"][c, d], o["n_labels"], o["prior"],
-        )
+        lp, lt = (a[0] for a in self._draw_parameters(slice(s, s + 1)))
+        Nk = self.samples_["counts"].reshape(-1, lp.size)[s]
         occ = np.flatnonzero(Nk > 0)
         empty = np.flatnonzero(Nk == 0)
         lj = lp[occ][None, :] + _component_loglik(idx, lt[occ])
@@ -466,14 +476,9 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         too (equal to :meth:`_draw_loglik`, which groups them, to rounding).
         """
         o = self.samples_
-        C, S = o["log_joint"].shape
-        D = C * S
+        D = o["log_joint"].size
         T = o["counts"].shape[-1]
         n = idx.shape[0]
-        n_labels = np.asarray(o["n_labels"])
-        counts = o["counts"].reshape(D, T)
-        a0 = np.asarray(o["alpha0"], dtype=np.float64).reshape(D, 1)
-        beta = np.asarray(o["beta"], dtype=np.float64).reshape(D, 1, 1)
         obs = idx >= 0
         safe = np.where(obs, idx, 0)
         rows = max(1, min(n, block_elements // T))
@@ -481,16 +486,7 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         out = np.empty((D, n))
         for d0 in range(0, D, draws):
             ds = slice(d0, min(D, d0 + draws))
-            if "label_counts" in o:
-                Nkl = o["label_counts"].reshape(D, T, -1)[ds]
-                Nkm = o["col_counts"].reshape(D, T, -1)[ds]
-            else:  # too large to keep per draw: recompute from the draws' z
-                z = o["z"].reshape(D, -1)
-                Nkl, Nkm = (np.stack(a) for a in zip(*(
-                    draw_counts(self._idx_train, z[d], T, n_labels)
-                    for d in range(ds.start, ds.stop))))
-            lp, lt = predictive_parameters(counts[ds], Nkl, Nkm, a0[ds], beta[ds],
-                                           n_labels, o["prior"])
+            lp, lt = self._draw_parameters(ds)
             for r0 in range(0, n, rows):
                 rs = slice(r0, min(n, r0 + rows))
                 ll = np.repeat(lp[:, :, None], rs.stop - rs.start, axis=2)  # (d, T, r)

@@ -168,28 +168,13 @@ def _nbce_point_to_spec(est):
 
 
 def _nbce_gibbs_to_spec(est):
-    from ..estimators.nbce import predictive_parameters
-    from .nbce_gibbs import draw_counts
-
-    o = est.samples_
-    C, S = o["log_joint"].shape
+    lp, lt = est._draw_parameters(slice(None))  # (D, T), (D, T, L): every draw
     off = est.ensemble_.offsets
-    draws = {}
-    for s in range(C * S):
-        c, d = divmod(s, S)
-        Nk = o["counts"][c, d]
-        if "label_counts" in o:
-            Nkl, Nkm = o["label_counts"][c, d], o["col_counts"][c, d]
-        else:
-            Nkl, Nkm = draw_counts(est._idx_train, o["z"][c, d], Nk.size, o["n_labels"])
-        lp, lt = predictive_parameters(Nk, Nkl, Nkm, o["alpha0"][c, d], o["beta"][c, d],
-                                       o["n_labels"], est.prior)
-        draws.setdefault("pi", []).append(np.exp(lp))
-        for j in range(len(off) - 1):
-            draws.setdefault(f"theta_{j}", []).append(np.exp(lt[:, off[j]:off[j + 1]]))
-    T = o["counts"].shape[-1]
-    kw = _kw(est, n_clusters=T, prior="fsd")  # pi is given directly: the FSD form scores it
-    return kw, {k: _t(np.stack(v)) for k, v in draws.items()}
+    draws = {"pi": _t(np.exp(lp))}
+    draws.update({f"theta_{j}": _t(np.exp(lt[:, :, off[j]:off[j + 1]]))
+                  for j in range(len(off) - 1)})
+    kw = _kw(est, n_clusters=lp.shape[1], prior="fsd")  # pi given directly: FSD scores it
+    return kw, draws
 
 
 def _register_builtins():
