@@ -41,7 +41,8 @@ import numpy as np
 import torch
 from pyro.distributions import TorchDistribution, constraints
 
-__all__ = ["BCERowMarginal", "collapsed_log_marginal", "posterior_mean_membership",
+__all__ = ["BCERowMarginal", "collapsed_log_marginal", "label_likelihoods",
+           "posterior_mean_membership",
            "count_states", "check_n_states", "MAX_STATES"]
 
 MAX_STATES = 20_000
@@ -188,6 +189,14 @@ def collapsed_log_marginal(alpha, lik, observed, *, return_posterior=False):
     return logp, (parts[0][1] if len(parts) == 1 else torch.cat([p[1] for p in parts]))
 
 
+def label_likelihoods(beta, x):
+    """``beta_j[k, x_ij]`` for rows ``x`` (n, M) -> (n, M, K), the label columns' input of
+    :func:`collapsed_log_marginal` (any value where a label is missing); ``beta`` padded
+    (M, K, k_max)."""
+    M = x.shape[1]
+    return beta[torch.arange(M, device=x.device)[None, :], :, x.clamp(min=0)]
+
+
 def posterior_mean_membership(alpha, post, n_columns):
     """``E[theta_i | row_i] = sum_n p(n | row_i) (alpha + n) / (A + |n|)``, (n, K).
 
@@ -238,14 +247,9 @@ class BCERowMarginal(TorchDistribution):
         return self._support
 
     # ------------------------------------------------------------ the recursion
-    def _label_likelihoods(self, x):
-        """``beta_j[k, x_ij]`` for rows ``x`` (n, M) -> (n, M, K) (any value where missing)."""
-        M = x.shape[1]
-        return self.beta[torch.arange(M, device=x.device)[None, :], :, x.clamp(min=0)]
-
     def _posterior_states(self, x):
         """``log p(x_i)`` (n,) and ``p(n | x_i)`` (n, S), in blocks of rows (bounded memory)."""
-        return collapsed_log_marginal(self.alpha, self._label_likelihoods(x), x >= 0,
+        return collapsed_log_marginal(self.alpha, label_likelihoods(self.beta, x), x >= 0,
                                       return_posterior=True)
 
     def _rows(self, value):

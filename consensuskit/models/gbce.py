@@ -81,7 +81,7 @@ from pyro.ops.indexing import Vindex
 
 from ._convention import check_labels, plate_rows, rows_plate
 from .bce import _as_padded, _global_sites, pad_beta
-from .bce_marginal import MAX_STATES, check_n_states, collapsed_log_marginal
+from .bce_marginal import MAX_STATES, check_n_states, collapsed_log_marginal, label_likelihoods
 
 __all__ = ["model", "model_collapsed", "guide", "simulate", "exact_log_marginal", "pad_beta",
            "site_names", "MAX_PLATE_NESTING"]
@@ -426,9 +426,9 @@ def exact_log_marginal(labels, features=None, *, n_labels, alpha, beta, mu=None,
     alpha = torch.as_tensor(alpha)
     dtype, dev = alpha.dtype, alpha.device
     x = torch.as_tensor(labels, device=dev).long()
-    M, K = x.shape[1], alpha.shape[0]
+    K = alpha.shape[0]
     beta = _as_padded(beta, n_labels, dtype, dev)  # (M, K, k_max)
-    lik = beta[torch.arange(M, device=dev)[None, :], :, x.clamp(min=0)]  # (n, M, K)
+    lik = label_likelihoods(beta, x)  # (n, M, K)
     observed = x >= 0
     shift = torch.zeros(x.shape[0], dtype=dtype, device=dev)
     if features is not None:
