@@ -32,14 +32,14 @@ notebooks: $(NOTEBOOKS_STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/jupytext --to ipynb --execute notebooks/0*.py
 
 test: $(STAMP)
-	$(BIN)/ruff check consensuskit tests experiments
+	$(BIN)/ruff check consensuskit tests experiments reproduce
 	$(BIN)/python -m pytest -q
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 lint: $(STAMP)
-	$(BIN)/ruff check consensuskit tests experiments
+	$(BIN)/ruff check consensuskit tests experiments reproduce
 
 clean-venv:
 	rm -rf $(VENV)

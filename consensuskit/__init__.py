@@ -9,16 +9,17 @@ and inference engines in :mod:`consensuskit.inference`.
 
 from importlib import import_module as _import_module
 
-from .ensemble import Ensemble, as_ensemble
+from consensuskit import _moved
+from consensuskit.data.ensemble import Ensemble, as_ensemble
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "MM": "consensuskit.estimators.mm",
-    "BCE": "consensuskit.estimators.bce",
-    "GBCE": "consensuskit.estimators.gbce",
-    "NBCE": "consensuskit.estimators.nbce",
-    "PCC": "consensuskit.estimators.pcc",
+    "MM": "consensuskit.models.mm.estimator",
+    "BCE": "consensuskit.models.bce.estimator",
+    "GBCE": "consensuskit.models.gbce.estimator",
+    "NBCE": "consensuskit.models.nbce.estimator",
+    "PCC": "consensuskit.models.pcc.estimator",
     "KCC": "consensuskit.consensus.kcc",
     "CSPA": "consensuskit.consensus.graph",
     "HGPA": "consensuskit.consensus.graph",
@@ -26,9 +27,9 @@ _LAZY = {
     "HBGF": "consensuskit.consensus.graph",
     "EAC": "consensuskit.consensus.eac",
     "QMI": "consensuskit.consensus.qmi",
-    "PyroConsensus": "consensuskit.estimators.pyro",
-    "compare": "consensuskit.comparison",
-    "plot_comparison": "consensuskit.comparison",
+    "PyroConsensus": "consensuskit.inference.pyro_consensus",
+    "compare": "consensuskit.evaluation.comparison",
+    "plot_comparison": "consensuskit.evaluation.comparison",
     "ResamplingConsensus": "consensuskit.consensus.resampling",
     "MajorityVote": "consensuskit.consensus.voting",
     "IVC": "consensuskit.consensus.voting",
@@ -38,7 +39,16 @@ _LAZY = {
 }
 
 #: Subpackages and modules reachable as attributes (imported on first use).
-_SUBMODULES = ("datasets", "ensemble", "generate", "metrics", "models", "inference")
+_SUBMODULES = {
+    "datasets": "consensuskit.data.datasets",
+    "ensemble": "consensuskit.data.ensemble",
+    "generate": "consensuskit.data.generate",
+    "metrics": "consensuskit.evaluation.metrics",
+    "models": "consensuskit.models",
+    "inference": "consensuskit.inference",
+}
+
+_moved.install()
 
 __all__ = ["Ensemble", "as_ensemble", "__version__", *_LAZY]
 
@@ -47,7 +57,7 @@ def __getattr__(name):
     if name in _LAZY:
         return getattr(_import_module(_LAZY[name]), name)
     if name in _SUBMODULES:
-        return _import_module(f"consensuskit.{name}")
+        return _import_module(_SUBMODULES[name])
     raise AttributeError(f"module 'consensuskit' has no attribute {name!r}")
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .ensemble import Ensemble, as_ensemble
+from consensuskit.data.ensemble import Ensemble, as_ensemble
 
 __all__ = [
     "ConsensusEstimator",
@@ -163,15 +163,16 @@ class ConsensusEstimator(ClusterMixin, BaseEstimator):
         raise NotImplementedError
 
     def save(self, path) -> None:
-        """Save this estimator (fitted or not) to ``path``; see :mod:`consensuskit.persistence`."""
-        from .persistence import save
+        """Save this estimator (fitted or not) to ``path``; see
+        :mod:`consensuskit.io.persistence`."""
+        from consensuskit.io.persistence import save
 
         save(self, path)
 
     @classmethod
     def load(cls, path):
         """Load an estimator saved with :meth:`save`; checks format version and class."""
-        from .persistence import load
+        from consensuskit.io.persistence import load
 
         return load(path, expected_class=cls)
 
@@ -255,7 +256,7 @@ class GenerativeMixin:
         ``log_likelihood`` (variable ``"x"``, dims chain, draw, row) of the training rows."""
         from sklearn.utils.validation import check_is_fitted
 
-        from .inference.arviz_adapter import to_inference_data
+        from consensuskit.inference.arviz_adapter import to_inference_data
 
         check_is_fitted(self, "labels_")
         return to_inference_data(self._posterior_for_arviz(), getattr(self, "_arviz_attrs", None),

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from consensuskit import datasets
-from consensuskit.metrics import accuracy
+from consensuskit.data import datasets
+from consensuskit.evaluation.metrics import accuracy
 
 DATASETS = ["iris", "wine", "glass", "ecoli"]
 

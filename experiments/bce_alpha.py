@@ -3,11 +3,11 @@
 Data: K = 4 consensus clusters, ``alpha_h = 0.3``, ``k_j = 4`` labels per base
 clustering, every row of every ``beta_j`` drawn from ``Dirichlet(0.5)``; N = 2000 rows,
 the last 500 held out; M in {6, 8, 20}; 5 seeds; simulated from BCE's Pyro spec
-(:func:`consensuskit.models.simulate`).
+(:func:`consensuskit.models.simulation`).
 
 For each case the held-out perplexity of MM, of BCE with ``alpha_estimate="meanfield"``
 and with ``"iw"``, and of the true parameters, all computed *exactly* (BCE: the count
-enumeration of :func:`consensuskit.inference.bce_alpha.exact_log_marginal`; MM's
+enumeration of :func:`consensuskit.models.bce.alpha.exact_log_marginal`; MM's
 likelihood is exact), so no importance-sampling error enters the comparison.  The
 relative gap to the truth, the fitted ``sum(alpha)`` beside the true 1.2, and the
 CPU time of each fit are printed.  ``z(iw-MM)`` is the paired per-row difference of
@@ -28,13 +28,13 @@ import warnings
 import numpy as np
 import torch
 
-from consensuskit.ensemble import Ensemble
-from consensuskit.estimators.bce import BCE
-from consensuskit.estimators.mm import MM
-from consensuskit.inference import bce_cavi
-from consensuskit.inference.bce_alpha import exact_log_marginal
-from consensuskit.models import bce as bce_spec
+from consensuskit.data.ensemble import Ensemble
 from consensuskit.models import simulate as simulate_spec
+from consensuskit.models.bce import cavi as bce_cavi
+from consensuskit.models.bce import spec as bce_spec
+from consensuskit.models.bce.alpha import exact_log_marginal
+from consensuskit.models.bce.estimator import BCE
+from consensuskit.models.mm.estimator import MM
 
 K, ALPHA, LABELS, BETA_CONC = 4, 0.3, 4, 0.5
 

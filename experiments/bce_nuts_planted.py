@@ -1,10 +1,10 @@
 """BCE on planted data: CAVI (mean-field and importance-weighted alpha), SVI and NUTS side
 by side, and how far each point estimate of alpha is from the NUTS posterior.
 
-Data are simulated from BCE's own spec (``consensuskit.models.bce.model``): K = 3,
+Data are simulated from BCE's own spec (``consensuskit.models.bce.spec.model``): K = 3,
 alpha = 0.3 per component, beta_jh ~ Dirichlet(0.5), k_j = 3..5, M = 8 base clusterings,
 N = 200 training rows and 100 held-out rows.  NUTS samples the collapsed spec
-(``consensuskit.models.bce.model_collapsed``: alpha ~ Gamma(1, 1), beta ~ Dirichlet(1),
+(``consensuskit.models.bce.spec.model_collapsed``: alpha ~ Gamma(1, 1), beta ~ Dirichlet(1),
 theta and z summed out exactly per row) exactly as ``BCE(inference="nuts")`` does (its
 hub's settings), but with the chains in ``--jobs`` processes at once (the estimator runs
 them one after another); its held-out perplexity is the hub's: exact per draw, averaged
@@ -30,8 +30,8 @@ import torch
 from pyro import poutine
 
 import consensuskit as ck
-from consensuskit.models import bce
-from consensuskit.models.bce_marginal import n_count_states
+from consensuskit.models.bce import spec as bce
+from consensuskit.models.bce.marginal import n_count_states
 
 torch.set_num_threads(1)
 
@@ -112,7 +112,7 @@ def main(draws=1000, chains=4, seed=0, jobs=4):
 
     import arviz as az
 
-    from consensuskit.ensemble import as_ensemble
+    from consensuskit.data.ensemble import as_ensemble
 
     X, truth, n_labels = simulate(seed)
     X_train, X_test = X[:200], X[200:]

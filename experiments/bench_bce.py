@@ -11,7 +11,7 @@ Sections (``--only`` picks some):
 ``kernel``
     One EM iteration at N = 1e6 (float32, 5 inner passes): E-step, beta and alpha
     updates and the bound, as ``variational_em`` does it, on 1 and 2 threads;
-    against a previous kernel (``git show REV:consensuskit/inference/_bce_numba.py``,
+    against a previous kernel (``git show REV:consensuskit/models/bce/kernels.py``,
     REV = ``--baseline-rev``, default 2e4de80, the per-K kernel with tiles of 8 rows;
     fe4faf2 gives the per-row kernel with the separate torch passes for alpha's
     statistic and the bound that went with it), 1 thread.  Prints the largest relative
@@ -61,8 +61,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from consensuskit.ensemble import Ensemble
-from consensuskit.inference import bce_cavi as cavi
+from consensuskit.data.ensemble import Ensemble
+from consensuskit.models.bce import cavi
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,7 +104,7 @@ def previous_kernel(rev):
     entry point (``run_estep``).
     """
     try:
-        src = subprocess.run(["git", "show", f"{rev}:consensuskit/inference/_bce_numba.py"],
+        src = subprocess.run(["git", "show", f"{rev}:consensuskit/models/bce/kernels.py"],
                              cwd=ROOT, check=True, capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -325,7 +325,7 @@ def planted(N, M=20, k=5, n_clusters=5, noise=0.2, seed=0):
     equal size in random order, each label replaced by a uniform one with probability
     ``noise``.  Rows are independent given the partition, so the first ``n`` rows of
     one such ensemble have the same cluster structure for every ``n``."""
-    from consensuskit.generate import noisy_copies
+    from consensuskit.data.generate import noisy_copies
 
     truth = np.random.default_rng(seed).permutation(np.arange(N) % n_clusters)
     return truth, noisy_copies(truth, M, noise=noise, n_labels=k, random_state=seed)
@@ -347,7 +347,7 @@ class PlantedStartNBCE:
 
     def fit(self, ens):
         from consensuskit import NBCE
-        from consensuskit.inference.nbce_gibbs import gibbs_nbce
+        from consensuskit.models.nbce.gibbs import gibbs_nbce
 
         d = NBCE()
         out = gibbs_nbce(ens.offset_index(), ens.n_labels, d.truncation, prior=d.prior,

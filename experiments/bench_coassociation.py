@@ -24,7 +24,7 @@ import tracemalloc  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from consensuskit.ensemble import Ensemble, sample_pairs  # noqa: E402
+from consensuskit.data.ensemble import Ensemble, sample_pairs  # noqa: E402
 
 
 def random_ensemble(n, m, missing, rng):

@@ -72,7 +72,7 @@ def main(argv=None):
     import torch
 
     torch.set_num_threads(1)
-    from consensuskit.ensemble import Ensemble
+    from consensuskit.data.ensemble import Ensemble
 
     k = 5
     rows = []

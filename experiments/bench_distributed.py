@@ -93,9 +93,9 @@ def main():
     torch.set_num_threads(1)
     from sklearn.metrics import adjusted_rand_score
 
+    from consensuskit.data.ensemble import Ensemble
     from consensuskit.distributed import fit_distributed
     from consensuskit.distributed.timing import column_vs_single, warm_up
-    from consensuskit.ensemble import Ensemble
 
     K, T = 3, args.iters
     report = {"n": args.n, "n_cost": args.n_cost, "iters": T, "cost": [], "fig6": [], "fig5": []}

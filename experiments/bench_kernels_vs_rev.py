@@ -53,10 +53,11 @@ def load_revision(rev, into):
     sys.path.insert(0, str(into))
 
 
-def modules(name):
-    """``{package name: module}`` for the revision and the current tree."""
-    return {"rev": importlib.import_module(f"{OLD}.{name}"),
-            "now": importlib.import_module(f"consensuskit.{name}")}
+def modules(old, now):
+    """``{package name: module}`` for the revision (module path ``old``, as it was before
+    the family packages) and the current tree (``now``)."""
+    return {"rev": importlib.import_module(f"{OLD}.{old}"),
+            "now": importlib.import_module(f"consensuskit.{now}")}
 
 
 def timed(fn):
@@ -82,7 +83,7 @@ def compare(label, run, repeats):
 
 
 def bench_nbce(repeats):
-    g = modules("inference.nbce_gibbs")
+    g = modules("inference.nbce_gibbs", "models.nbce.gibbs")
     rng = np.random.default_rng(0)
     cases = [("sweep", 10_000, 10, 20, 10), ("sweep", 10_000, 10, 100, 10),
              ("iteration", 112, 20, 10, 100), ("iteration", 10_000, 10, 100, 5)]
@@ -116,8 +117,8 @@ def bench_nbce(repeats):
 
 
 def bench_pcc(repeats):
-    p = modules("inference.pcc_descent")
-    from consensuskit.ensemble import Ensemble, sample_pairs
+    p = modules("inference.pcc_descent", "models.pcc.descent")
+    from consensuskit.data.ensemble import Ensemble, sample_pairs
 
     rng = np.random.default_rng(0)
     n, M, K = 600, 20, 4
@@ -146,7 +147,7 @@ def bench_pcc(repeats):
 def bench_mm(repeats):
     import torch
 
-    m = modules("estimators.mm")
+    m = modules("estimators.mm", "models.mm.estimator")
     rng = np.random.default_rng(0)
     N, M, K = 100_000, 20, 4
     z = rng.integers(0, K, N)

@@ -80,7 +80,7 @@ def main(argv=None):
     import torch
 
     torch.set_num_threads(1)
-    from consensuskit import datasets, generate
+    from consensuskit.data import datasets, generate
 
     F, y = datasets.load("glass")
     k = len(np.unique(y))

@@ -27,9 +27,9 @@ import time
 import numpy as np
 import torch
 
-from consensuskit.inference import mm_em
-from consensuskit.models import mm as mm_spec
 from consensuskit.models import simulate
+from consensuskit.models.mm import em as mm_em
+from consensuskit.models.mm import spec as mm_spec
 
 
 def make_data(n, m=20, k=5, K=4, seed=0):

@@ -43,12 +43,7 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "2")
 
 import numpy as np  # noqa: E402
 
-from consensuskit.inference.nbce_gibbs import (  # noqa: E402
-    GibbsState,
-    gibbs_nbce,
-    gibbs_step,
-    relabel_by_size,
-)
+from consensuskit.models.nbce.gibbs import GibbsState, gibbs_nbce, gibbs_step, relabel_by_size
 
 
 def planted_codes(rng, N, M, k, n_clusters=10, noise=0.2):

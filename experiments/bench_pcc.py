@@ -33,9 +33,9 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
-from consensuskit.ensemble import Ensemble, sample_pairs
-from consensuskit.estimators.pcc import PCC
-from consensuskit.inference.pcc_descent import pairs_objective, pcc_descent_pairs
+from consensuskit.data.ensemble import Ensemble, sample_pairs
+from consensuskit.models.pcc.descent import pairs_objective, pcc_descent_pairs
+from consensuskit.models.pcc.estimator import PCC
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets"
 DEFAULT_DATA = DEFAULT_DATA / "kdd99_10pct_sample120k.csv.gz"

@@ -27,10 +27,10 @@ from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
 import consensuskit as ck
-from consensuskit.estimators.pyro import default_guide
-from consensuskit.inference.bce_svi import empirical_bayes_model
+from consensuskit.inference.pyro_consensus import default_guide
 from consensuskit.inference.pyro_svi import SVIEngine, make_elbo
-from consensuskit.models import bce
+from consensuskit.models.bce import spec as bce
+from consensuskit.models.bce.svi import empirical_bayes_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import user_variants  # noqa: E402

@@ -6,7 +6,7 @@ writer's memory is flat too), then runs
 :func:`consensuskit.inference.pyro_svi.stream_svi`, one SVI step per chunk of rows:
 
 * ``--model mm``: MM's spec with its MAP guide (``z`` enumerated; no per-row parameters);
-* ``--model bce``: BCE's spec with :class:`consensuskit.models.bce_guides.AmortizedGuide`
+* ``--model bce``: BCE's spec with :class:`consensuskit.models.bce.guides.AmortizedGuide`
   (``q(theta_i)`` from a network of the row's labels, MAP ``alpha`` and ``beta``; ``z``
   enumerated), whose parameters do not grow with N either.
 
@@ -30,8 +30,9 @@ import pyro
 import torch
 
 from consensuskit.inference.pyro_svi import iter_row_chunks, stream_svi
-from consensuskit.models import bce, mm
-from consensuskit.models.bce_guides import AmortizedGuide
+from consensuskit.models.bce import spec as bce
+from consensuskit.models.bce.guides import AmortizedGuide
+from consensuskit.models.mm import spec as mm
 
 torch.set_num_threads(1)
 

@@ -54,7 +54,7 @@ def timed(self, *args, **kws):
             time.thread_time() - t)
 
 Dispatcher._compile_for_args = timed
-from consensuskit.cli import main
+from consensuskit.cli.commands import main
 main(["-q", "demo", "--no-figure"])
 r = resource.getrusage(resource.RUSAGE_SELF)
 print("@@" + json.dumps({"kernels": times, "cpu": r.ru_utime + r.ru_stime}))

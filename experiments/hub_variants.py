@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 import consensuskit as ck
-from consensuskit import datasets, generate
+from consensuskit.data import datasets, generate
 
 sys.path.insert(0, str(Path(__file__).parent))
 import user_variants  # noqa: E402
@@ -119,7 +119,7 @@ def main(quick=False, nuts=False, figure=None, seed=0):
         with pd.option_context("display.width", 200, "display.max_columns", 20):
             print(az.compare(with_draws).round(3))
     if figure:
-        from consensuskit.comparison import plot_comparison
+        from consensuskit.evaluation.comparison import plot_comparison
 
         fig = plot_comparison(table)
         fig.savefig(figure, dpi=120)

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 import consensuskit as ck
-from consensuskit import datasets
-from consensuskit.generate import kmeans_partitions
+from consensuskit.data import datasets
+from consensuskit.data.generate import kmeans_partitions
 
 VARIABLES = ("log_joint", "n_clusters", "alpha0", "beta")
 

@@ -24,9 +24,9 @@ import time
 import numpy as np
 from sklearn.metrics import adjusted_rand_score
 
-from consensuskit.ensemble import Ensemble
-from consensuskit.generate import noisy_copies
-from consensuskit.inference.nbce_gibbs import gibbs_nbce
+from consensuskit.data.ensemble import Ensemble
+from consensuskit.data.generate import noisy_copies
+from consensuskit.models.nbce.gibbs import gibbs_nbce
 
 
 def planted(N, K, M, noise, seed):

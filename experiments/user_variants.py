@@ -8,7 +8,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 
-from consensuskit.models import bce
+from consensuskit.models.bce import spec as bce
 
 
 def bce_alpha_hyperprior(labels=None, *, n_labels, n_clusters, **kw):

@@ -56,7 +56,7 @@ import numpy as np
 import pandas as pd
 
 from consensuskit import datasets, generate, metrics
-from consensuskit.figures import save_figure  # PNG into $CONSENSUSKIT_FIGURES
+from consensuskit.evaluation.figures import save_figure  # PNG into $CONSENSUSKIT_FIGURES
 
 features, truth = datasets.load("iris")
 X = generate.kmeans_partitions(features, N_PARTITIONS, n_clusters=(2, 6), random_state=0)

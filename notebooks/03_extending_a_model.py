@@ -62,8 +62,8 @@ import torch
 
 import consensuskit as ck
 from consensuskit import datasets, generate, metrics
-from consensuskit.comparison import plot_comparison
-from consensuskit.figures import save_figure  # PNG into $CONSENSUSKIT_FIGURES
+from consensuskit.evaluation.comparison import plot_comparison
+from consensuskit.evaluation.figures import save_figure  # PNG into $CONSENSUSKIT_FIGURES
 from consensuskit.models import bce
 
 torch.set_num_threads(1)

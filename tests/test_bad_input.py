@@ -407,7 +407,7 @@ def test_gbce_predict_features_wrong_width():
 
 # ---------------------------------------------------------------- CLI
 def _cli(args, capsys):
-    from consensuskit.cli import main
+    from consensuskit.cli.commands import main
 
     code = main(args)
     err = capsys.readouterr().err

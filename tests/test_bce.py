@@ -7,11 +7,11 @@ import torch
 from pyro.infer import Trace_ELBO, TraceEnum_ELBO, config_enumerate
 from scipy.optimize import linear_sum_assignment
 
-from consensuskit.ensemble import Ensemble
-from consensuskit.estimators.bce import BCE
-from consensuskit.inference import bce_cavi as cavi
-from consensuskit.inference.bce_svi import empirical_bayes_model
-from consensuskit.models import bce as bce_model
+from consensuskit.data.ensemble import Ensemble
+from consensuskit.models.bce import cavi
+from consensuskit.models.bce import spec as bce_model
+from consensuskit.models.bce.estimator import BCE
+from consensuskit.models.bce.svi import empirical_bayes_model
 from experiments.bce_alpha import simulate as simulate_bce
 
 

@@ -16,13 +16,13 @@ from pyro.infer import TraceEnum_ELBO, config_enumerate
 from scipy.special import gammaln
 
 from consensuskit.base import GenerativeMixin
-from consensuskit.ensemble import Ensemble
-from consensuskit.estimators.bce import BCE
-from consensuskit.estimators.gbce import GBCE
-from consensuskit.inference import bce_alpha
-from consensuskit.inference import bce_cavi as cavi
+from consensuskit.data.ensemble import Ensemble
 from consensuskit.inference.driver import Fit, Run
-from consensuskit.models import bce as bce_model
+from consensuskit.models.bce import alpha as bce_alpha
+from consensuskit.models.bce import cavi
+from consensuskit.models.bce import spec as bce_model
+from consensuskit.models.bce.estimator import BCE
+from consensuskit.models.gbce.estimator import GBCE
 from experiments.bce_alpha import simulate as simulate_bce
 
 

@@ -1,6 +1,6 @@
 """BCE's exact row marginal (theta and z summed out) and the collapsed spec built on it.
 
-The forward recursion of :class:`~consensuskit.models.bce_marginal.BCERowMarginal` is
+The forward recursion of :class:`~consensuskit.models.bce.marginal.BCERowMarginal` is
 checked against an explicit sum over every assignment sequence, against the uncollapsed
 spec's likelihood-weighting estimate, by its gradients, and by its sampler; the collapsed
 spec drives ``BCE(inference="nuts")``.
@@ -14,8 +14,8 @@ import torch
 from scipy import stats
 
 from consensuskit.inference import pointwise
-from consensuskit.models import bce
-from consensuskit.models.bce_marginal import BCERowMarginal, n_count_states
+from consensuskit.models.bce import spec as bce
+from consensuskit.models.bce.marginal import BCERowMarginal, n_count_states
 
 
 def _tiny(seed=0, K=3, n_labels=(2, 3, 2, 3)):
@@ -59,7 +59,7 @@ def test_recursion_equals_brute_force_sum_with_missing_labels():
 
 
 def test_blocks_of_rows_give_the_same_values(monkeypatch):
-    from consensuskit.models import bce_marginal
+    from consensuskit.models.bce import marginal as bce_marginal
 
     alpha, betas = _tiny()
     d = BCERowMarginal(alpha, bce.pad_beta(betas))

@@ -7,8 +7,8 @@ import torch
 from sklearn.metrics import adjusted_rand_score
 
 from consensuskit.inference.pyro_svi import fit_svi, stream_svi
-from consensuskit.models import bce
-from consensuskit.models.bce_guides import AmortizedGuide, onehot_rows
+from consensuskit.models.bce import spec as bce
+from consensuskit.models.bce.guides import AmortizedGuide, onehot_rows
 
 N_LABELS = [3, 4, 5, 4, 3, 5, 4, 3]
 K = 3

@@ -10,7 +10,7 @@ import pytest
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_iris
 
-from consensuskit.estimators.bce import BCE
+from consensuskit.models.bce.estimator import BCE
 
 
 def micro_precision(labels, truth):

@@ -11,9 +11,9 @@ import scipy.special as sp
 import torch
 from numba import njit
 
-from consensuskit.ensemble import Ensemble
-from consensuskit.inference import _bce_numba as kern
-from consensuskit.inference import bce_cavi as cavi
+from consensuskit.data.ensemble import Ensemble
+from consensuskit.models.bce import cavi
+from consensuskit.models.bce import kernels as kern
 
 
 @njit(cache=True, error_model="numpy")

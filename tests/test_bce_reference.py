@@ -26,8 +26,8 @@ import pandas as pd
 import pytest
 import torch
 
-from consensuskit.ensemble import Ensemble
-from consensuskit.inference.bce_cavi import (
+from consensuskit.data.ensemble import Ensemble
+from consensuskit.models.bce.cavi import (
     REALMIN,
     beta_statistics,
     elog_dirichlet,

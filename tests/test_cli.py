@@ -4,8 +4,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from consensuskit import cli, demo, reproduce
+import reproduce
 from consensuskit.base import ConsensusEstimator
+from consensuskit.cli import commands as cli
+from consensuskit.cli import demo
 
 
 class FirstColumn(ConsensusEstimator):
@@ -187,7 +189,7 @@ def test_every_hyper_parameter_is_an_option(model, capsys):
     import inspect
 
     import consensuskit as ck
-    from consensuskit.estimator_options import EXCLUDED
+    from consensuskit.cli.options import EXCLUDED
 
     cls = getattr(ck, cli.MODEL_CLASSES[model])
     with pytest.raises(SystemExit):
@@ -264,7 +266,7 @@ def _labels_file(tmp_path, n=60, seed=0, name="labels.csv"):
 
 def test_found_heldout_fraction_reports_perplexity_with_se(tmp_path, capsys):
     from consensuskit import MM
-    from consensuskit.heldout import split_rows
+    from consensuskit.evaluation.heldout import split_rows
 
     src, X = _labels_file(tmp_path)
     dst = tmp_path / "out.csv"

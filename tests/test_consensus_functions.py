@@ -9,7 +9,8 @@ from consensuskit.consensus.eac import EAC
 from consensuskit.consensus.graph import CSPA, HBGF, HGPA, MCLA
 from consensuskit.consensus.kcc import KCC
 from consensuskit.consensus.qmi import QMI
-from consensuskit.models import mm, simulate
+from consensuskit.models import simulate
+from consensuskit.models.mm import spec as mm
 
 
 def planted(rng, n_per=60, k=3, m=10, noise=0.15, missing=0.0):
@@ -196,7 +197,7 @@ def test_eac_limit_is_the_shared_constant(rng, monkeypatch):
 def test_eac_distance_matches_coassociation(rng):
     from scipy.spatial.distance import squareform
 
-    from consensuskit.ensemble import Ensemble
+    from consensuskit.data.ensemble import Ensemble
 
     X, _ = planted(rng, n_per=20, missing=0.3)
     ens = Ensemble.from_labels(X)
@@ -210,7 +211,7 @@ def test_eac_distance_matches_coassociation(rng):
 def test_ward_distance_is_euclidean_in_onehot_space(rng):
     from scipy.spatial.distance import pdist
 
-    from consensuskit.ensemble import Ensemble
+    from consensuskit.data.ensemble import Ensemble
 
     X, _ = planted(rng, n_per=10)
     ens = Ensemble.from_labels(X)
@@ -220,7 +221,7 @@ def test_ward_distance_is_euclidean_in_onehot_space(rng):
 
 
 def test_qmi_features_are_centred_and_missing_is_zero(rng):
-    from consensuskit.ensemble import Ensemble
+    from consensuskit.data.ensemble import Ensemble
 
     X, _ = planted(rng, n_per=20, missing=0.3)
     ens = Ensemble.from_labels(X)

@@ -9,7 +9,7 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from consensuskit import datasets
+from consensuskit.data import datasets
 
 # (n, d, classes) from the project's dataset manifest, for the names API.md promises
 EXPECTED = {
@@ -50,7 +50,7 @@ def test_iris_class_counts():
 
 
 def test_shipped_files_match_sources_checksums():
-    data = resources.files("consensuskit.datasets").joinpath("data")
+    data = resources.files("consensuskit.data.datasets").joinpath("data")
     sources = data.joinpath("SOURCES.md").read_text()
     for name in datasets.names():
         digest = hashlib.sha256(data.joinpath(name + ".csv.gz").read_bytes()).hexdigest()
@@ -141,7 +141,7 @@ def test_generators_hard_for_kmeans():
     # the MM paper's point: centroid-based clustering errs on these shapes
     from sklearn.cluster import KMeans
 
-    from consensuskit.metrics import accuracy
+    from consensuskit.evaluation.metrics import accuracy
 
     for make in (datasets.make_half_rings, datasets.make_two_spirals):
         X, y = make(random_state=3)
@@ -176,7 +176,7 @@ def test_wheel_contains_datasets_and_loads_outside_repo(tmp_path):
     )
     (wheel,) = wheel_dir.glob("consensuskit-*.whl")
     members = zipfile.ZipFile(wheel).namelist()
-    assert "consensuskit/datasets/data/glass.csv.gz" in members
+    assert "consensuskit/data/datasets/data/glass.csv.gz" in members
     assert not any("kdd99" in m for m in members)
     site = tmp_path / "site"
     subprocess.run(

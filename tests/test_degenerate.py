@@ -14,7 +14,7 @@ import pytest
 from _factories import make_fast
 from sklearn.metrics import adjusted_rand_score
 
-from consensuskit.generate import noisy_copies
+from consensuskit.data.generate import noisy_copies
 
 MODELS = ["MM", "BCE", "NBCE", "PCC", "KCC"]
 GENERATIVE = {"MM", "BCE", "NBCE"}
@@ -116,8 +116,8 @@ def _exact_perplexity(name, est, X):
                     lp += np.log(est.theta_[j][:, c])
             total += np.logaddexp.reduce(lp)
     elif name == "BCE":
-        from consensuskit.inference import bce_cavi
-        from consensuskit.inference.bce_alpha import exact_log_marginal
+        from consensuskit.models.bce import cavi as bce_cavi
+        from consensuskit.models.bce.alpha import exact_log_marginal
 
         try:
             total = float(exact_log_marginal(est._alpha_t, est._beta_t,
@@ -158,7 +158,7 @@ def test_degenerate(name, case):
             assert abs(ppl - exact) <= 4 * se + 1e-4 * exact, (ppl, exact, se)
         # no worse than labels drawn uniformly within each column (plus slack for
         # the priors / smoothing on these tiny problems)
-        from consensuskit.ensemble import Ensemble
+        from consensuskit.data.ensemble import Ensemble
 
         e = Ensemble.from_labels(X)
         uniform = np.exp(np.sum(e.mask * np.log(e.n_labels)[None, :]) / e.n_observed)

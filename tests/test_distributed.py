@@ -29,12 +29,12 @@ import pytest
 import torch
 
 from consensuskit import BCE, Ensemble
+from consensuskit.data.generate import noisy_copies
 from consensuskit.distributed import DistributedFitError, fit_distributed
 from consensuskit.distributed.comm import LocalComm, Message
 from consensuskit.distributed.common import EMConfig
 from consensuskit.distributed.row import fit_rows_exact
-from consensuskit.generate import noisy_copies
-from consensuskit.inference import bce_cavi as cavi
+from consensuskit.models.bce import cavi
 
 K = 3
 N_ITER = 8

@@ -6,7 +6,12 @@ import pytest
 import torch
 from conftest import random_incomplete_labels
 
-from consensuskit.ensemble import DENSE_COASSOCIATION_LIMIT, Ensemble, as_ensemble, sample_pairs
+from consensuskit.data.ensemble import (
+    DENSE_COASSOCIATION_LIMIT,
+    Ensemble,
+    as_ensemble,
+    sample_pairs,
+)
 
 # -- bad input: each raises ValueError naming the problem --------------------------
 

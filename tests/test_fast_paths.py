@@ -22,7 +22,7 @@ PATHS = fast_paths()
 @pytest.fixture(scope="module")
 def planted():
     """Simulated from MM's spec (not from a hand-written generator): 90 rows, 5 columns."""
-    from consensuskit.models import mm
+    from consensuskit.models.mm import spec as mm
 
     n_labels = [3, 3, 4, 2, 3]
     rs = np.random.default_rng(0)

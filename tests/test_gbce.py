@@ -12,13 +12,14 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import load_iris
 from sklearn.metrics.cluster import contingency_matrix
 
-from consensuskit.ensemble import Ensemble
-from consensuskit.estimators.bce import BCE
-from consensuskit.estimators.gbce import GBCE
-from consensuskit.inference import bce_cavi, gbce_cavi
-from consensuskit.inference.bce_alpha import exact_log_marginal
-from consensuskit.models import gbce as gbce_model
-from consensuskit.models._convention import float64_default
+from consensuskit.data.ensemble import Ensemble
+from consensuskit.models.bce import cavi as bce_cavi
+from consensuskit.models.bce.alpha import exact_log_marginal
+from consensuskit.models.bce.estimator import BCE
+from consensuskit.models.convention import float64_default
+from consensuskit.models.gbce import cavi as gbce_cavi
+from consensuskit.models.gbce import spec as gbce_model
+from consensuskit.models.gbce.estimator import GBCE
 
 
 def _micro_precision(y_true, y_pred):

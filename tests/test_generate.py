@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from consensuskit import generate
-from consensuskit.ensemble import Ensemble
-from consensuskit.generate import noisy_copies
+from consensuskit.data import generate
+from consensuskit.data.ensemble import Ensemble
+from consensuskit.data.generate import noisy_copies
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_kmeans_partitions_k_range_and_determinism(blobs):
 
 
 def test_kmeans_partitions_fixed_k_finds_blobs(blobs):
-    from consensuskit.metrics import accuracy
+    from consensuskit.evaluation.metrics import accuracy
 
     X, y = blobs
     L = generate.kmeans_partitions(X, 5, n_clusters=3, random_state=0, n_init=3)
@@ -98,7 +98,7 @@ def test_random_feature_partitions_use_only_chosen_features():
 
 
 def test_mixed_partitions_all_algorithms(blobs):
-    from consensuskit.metrics import accuracy
+    from consensuskit.evaluation.metrics import accuracy
 
     X, y = blobs
     algos = generate.ALGORITHMS
@@ -125,7 +125,7 @@ def test_mixed_partitions_cycle_and_subsample(blobs):
 
 
 def test_fuzzy_cmeans(blobs):
-    from consensuskit.metrics import accuracy
+    from consensuskit.evaluation.metrics import accuracy
 
     X, y = blobs
     labels, U, C = generate.fuzzy_cmeans(X, 3, random_state=0)

@@ -1,11 +1,12 @@
-"""The held-out split and the SE over rows of a held-out perplexity (consensuskit.heldout)."""
+"""The held-out split and the SE over rows of a held-out perplexity
+(consensuskit.evaluation.heldout)."""
 
 import numpy as np
 import pytest
 
 from consensuskit import MM
-from consensuskit.generate import noisy_copies
-from consensuskit.heldout import heldout_perplexity, split_rows
+from consensuskit.data.generate import noisy_copies
+from consensuskit.evaluation.heldout import heldout_perplexity, split_rows
 
 
 def test_split_rows_is_seeded_disjoint_and_refuses_empty_parts():

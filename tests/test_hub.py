@@ -10,7 +10,8 @@ import torch
 
 import consensuskit as ck
 from consensuskit.inference import pointwise
-from consensuskit.models import bce, mm
+from consensuskit.models.bce import spec as bce
+from consensuskit.models.mm import spec as mm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 import user_variants  # noqa: E402
@@ -131,7 +132,7 @@ def test_compare_paired_difference(split):
                for n, e in table.attrs["estimators"].items()}
     d = per_row["BCE"] - per_row[best]
     assert table.loc["BCE", "elpd_diff"] == pytest.approx(d.sum())
-    from consensuskit.comparison import plot_comparison
+    from consensuskit.evaluation.comparison import plot_comparison
 
     fig = plot_comparison(table)
     assert len(fig.axes) == 2

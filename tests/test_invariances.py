@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import adjusted_rand_score
 
-from consensuskit.generate import noisy_copies
+from consensuskit.data.generate import noisy_copies
 
 N_CLUSTERS = 3
 

@@ -19,7 +19,7 @@ from consensuskit.consensus.utilities import (
     utility_per_partition,
     utility_value,
 )
-from consensuskit.ensemble import Ensemble
+from consensuskit.data.ensemble import Ensemble
 
 DATA = Path(__file__).parent / "data" / "kcc"
 ENSEMBLES = ["iris", "wine", "breast_w_699", "ecoli_332", "iris_missing30"]

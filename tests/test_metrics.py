@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from consensuskit import metrics
+from consensuskit.evaluation import metrics
 
 LN2 = np.log(2.0)
 

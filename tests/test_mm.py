@@ -9,10 +9,10 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.exceptions import NotFittedError
 from sklearn.metrics import adjusted_rand_score
 
-from consensuskit.ensemble import Ensemble
-from consensuskit.estimators.mm import MM
-from consensuskit.inference import mm_em
-from consensuskit.models import mm as mm_model
+from consensuskit.data.ensemble import Ensemble
+from consensuskit.models.mm import em as mm_em
+from consensuskit.models.mm import spec as mm_model
+from consensuskit.models.mm.estimator import MM
 
 
 def _theta_list(layout, log_theta):

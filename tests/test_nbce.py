@@ -10,30 +10,24 @@ import torch
 from pyro import poutine
 from scipy import stats
 
-from consensuskit.ensemble import Ensemble
-from consensuskit.estimators.nbce import NBCE
-from consensuskit.inference.nbce_cvb import (
-    CVB,
-    cvb_approx_bound,
-    cvb_expected_counts,
-    leave_one_out,
-)
-from consensuskit.inference.nbce_gibbs import (
+from consensuskit.data.ensemble import Ensemble
+from consensuskit.models.nbce.cvb import CVB, cvb_approx_bound, cvb_expected_counts, leave_one_out
+from consensuskit.models.nbce.estimator import NBCE
+from consensuskit.models.nbce.gibbs import (
     GibbsState,
-    _seed,
-    _tsb_stick_pair,
     conditional_probs,
     gibbs_nbce,
     point_consensus,
     sample_conditional,
 )
-from consensuskit.inference.nbce_vb import VB, onehot_tensor, vb_bound
-from consensuskit.models.nbce import (
+from consensuskit.models.nbce.gibbs.kernels import _seed, _tsb_stick_pair
+from consensuskit.models.nbce.spec import (
     collapsed_log_joint,
     guide_fsd,
     log_prior_partition,
     model,
 )
+from consensuskit.models.nbce.vb import VB, onehot_tensor, vb_bound
 
 PRIORS = ["tsb", "fsd"]
 
@@ -162,7 +156,7 @@ def test_tsb_label_swap_acceptance_is_prior_ratio(rng):
 
 def test_gibbs_counts_stay_consistent_after_sweeps_and_swaps(rng):
     ens = _tiny(rng, n=30)
-    from consensuskit.models.nbce import log_likelihood_collapsed
+    from consensuskit.models.nbce.spec import log_likelihood_collapsed
 
     st = GibbsState(ens.offset_index(), ens.n_labels, rng.integers(0, 6, 30), 6, 0.7, 0.4, "tsb")
     for _ in range(10):
@@ -417,7 +411,7 @@ def _dense_perplexity(m, X):
     docstrings: per row ``log (1/S) sum_s sum_k pi_k^s prod_j theta^s_{k x_ij}`` with
     ``(pi^s, theta^s)`` the posterior means given draw s (all T components, plain
     loops); VB/CVB: one set of parameters.  SE: delta method over the S draws."""
-    from consensuskit.estimators.nbce import predictive_parameters
+    from consensuskit.models.nbce.estimator import predictive_parameters
 
     e = m.ensemble_.encode(X, unknown="missing")
     codes, off = e.codes, m.ensemble_.offsets
@@ -568,7 +562,7 @@ def test_gibbs_row_loglik_occupied_shortcut_equals_full_sum(split_data):
     row log-likelihood as the plain sum over all T components."""
     from scipy.special import logsumexp
 
-    from consensuskit.estimators.nbce import _component_loglik, predictive_parameters
+    from consensuskit.models.nbce.estimator import _component_loglik, predictive_parameters
 
     tr, te, _ = split_data
     m = NBCE(30, n_samples=5, burn_in=5, n_chains=1, random_state=0).fit(tr)
@@ -593,7 +587,7 @@ def test_gibbs_row_loglik_occupied_shortcut_equals_full_sum(split_data):
 def test_pyro_guides_run_with_svi(prior, incomplete_labels):
     """Both custom guides work with SVI + TraceEnum_ELBO on data with missing labels,
     and a few Adam steps lower the loss."""
-    from consensuskit.models.nbce import guide_tsb
+    from consensuskit.models.nbce.spec import guide_tsb
 
     ens = Ensemble.from_labels(incomplete_labels)
     guide = guide_fsd if prior == "fsd" else guide_tsb

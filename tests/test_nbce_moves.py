@@ -18,15 +18,12 @@ import pytest
 import torch
 from scipy import stats
 
-from consensuskit.ensemble import Ensemble
-from consensuskit.inference.nbce_gibbs import (
-    GibbsState,
-    _seed,
-    gibbs_nbce,
-    identical_row_groups,
-)
-from consensuskit.models.nbce import collapsed_log_joint, log_prior_partition
-from consensuskit.models.nbce_priors import FSD, TSB, get_prior
+from consensuskit.data.ensemble import Ensemble
+from consensuskit.models.nbce.gibbs import GibbsState, gibbs_nbce
+from consensuskit.models.nbce.gibbs.kernels import _seed
+from consensuskit.models.nbce.gibbs.moves import identical_row_groups
+from consensuskit.models.nbce.priors import FSD, TSB, get_prior
+from consensuskit.models.nbce.spec import collapsed_log_joint, log_prior_partition
 
 PRIORS = ["tsb", "fsd"]
 T, A0, B = 4, 0.8, 0.3
@@ -137,7 +134,7 @@ def test_identical_row_groups():
 def test_identical_row_groups_by_hash_equal_the_exact_grouping(seed, monkeypatch):
     """The hashed grouping returns exactly np.unique's groups, in its order (rows with
     missing labels, negative and large codes); a forced hash collision falls back to it."""
-    from consensuskit.inference import nbce_gibbs
+    from consensuskit.models.nbce.gibbs import moves as nbce_gibbs
 
     rs = np.random.default_rng(seed)
     idx = rs.integers(-1, 4, size=(3000, 6)) * np.array([1, 5, 7, 11, 13, 1000])
@@ -277,7 +274,7 @@ def test_fit_leaves_torch_thread_setting_alone():
 def test_default_schedule_does_not_depend_on_n():
     """The same number of proposals per sweep at every N, so a sweep's cost is linear in N
     (``experiments/bench_bce.py --only scaling`` measures it)."""
-    from consensuskit.inference.nbce_gibbs import _default_split_merge
+    from consensuskit.models.nbce.gibbs.chains import _default_split_merge
 
     assert {_default_split_merge(n) for n in (10, 150, 10**4, 10**5, 10**7)} == {20}
     assert _default_split_merge(1) == 0
@@ -288,7 +285,7 @@ def _sweeps_to_planted(n_split_merge, n_chains=4, n_sweeps=10):
     has the planted partition of 1000 points in 5 clusters (ARI >= 0.95)."""
     from sklearn.metrics import adjusted_rand_score
 
-    from consensuskit.generate import noisy_copies
+    from consensuskit.data.generate import noisy_copies
 
     truth = np.random.default_rng(0).permutation(np.arange(1000) % 5)
     ens = Ensemble.from_labels(noisy_copies(truth, 10, noise=0.3, n_labels=7, random_state=0))

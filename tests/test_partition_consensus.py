@@ -27,7 +27,7 @@ from consensuskit.consensus.partition import (
     project_to_simplex,
 )
 from consensuskit.consensus.voting import IPVC, IVC, MajorityVote
-from consensuskit.generate import noisy_copies
+from consensuskit.data.generate import noisy_copies
 
 DATA = Path(__file__).parent / "data" / "clue"
 ENSEMBLES = ["ckme", "iris", "wine", "glass"]

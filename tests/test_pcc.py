@@ -9,9 +9,9 @@ from scipy.special import gammaln
 from sklearn.base import clone
 from sklearn.metrics import adjusted_rand_score
 
-from consensuskit.ensemble import Ensemble, sample_pairs
-from consensuskit.estimators.pcc import PCC
-from consensuskit.inference.pcc_descent import (
+from consensuskit.data.ensemble import Ensemble, sample_pairs
+from consensuskit.models.pcc import spec as pcc_model
+from consensuskit.models.pcc.descent import (
     dense_objective,
     kl_objective_constant,
     line_search,
@@ -19,7 +19,7 @@ from consensuskit.inference.pcc_descent import (
     pcc_descent_dense,
     pcc_descent_pairs,
 )
-from consensuskit.models import pcc as pcc_model
+from consensuskit.models.pcc.estimator import PCC
 
 DIVS = ["l2", "kl"]
 

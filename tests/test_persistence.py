@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from consensuskit import persistence
 from consensuskit.base import ConsensusEstimator
+from consensuskit.io import persistence
 
 
 class FirstColumn(ConsensusEstimator):

@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from consensuskit import cli, reproduce
-from consensuskit.reproduce import _common
+import reproduce
+from consensuskit.cli import commands as cli
+from reproduce import _common
 
 EXPERIMENTS = ["bce", "nbce", "pcc", "mm", "kcc"]
 
@@ -162,7 +163,7 @@ def test_parse_only_and_seeds():
 
 
 def test_nbce_synthetic_noise_fraction():
-    from consensuskit.reproduce.nbce import synthetic
+    from reproduce.nbce import synthetic
 
     X, truth = synthetic(200, 10, 0.15, seed=1)
     assert X.shape == (210, 10) and truth.shape == (210,)
@@ -180,7 +181,7 @@ def test_nbce_synthetic_noise_fraction():
 
 
 def test_nbce_real_ensemble_cluster_counts():
-    from consensuskit.reproduce.nbce import real_ensemble
+    from reproduce.nbce import real_ensemble
 
     rng = np.random.RandomState(0)
     F = rng.standard_normal((120, 3))
@@ -191,8 +192,8 @@ def test_nbce_real_ensemble_cluster_counts():
 
 
 def test_pcc_soft_gaussians_and_tables():
-    from consensuskit.reproduce._pcc_tables import COLUMNS, TABLES
-    from consensuskit.reproduce.pcc import soft_gaussians
+    from reproduce._pcc_tables import COLUMNS, TABLES
+    from reproduce.pcc import soft_gaussians
 
     Z, L = soft_gaussians(30, 50, seed=0)
     assert Z.shape == (120, 4) and L.shape == (120, 50)
@@ -211,7 +212,7 @@ def test_pcc_soft_gaussians_and_tables():
 
 
 def test_kcc_rps_partition_range():
-    from consensuskit.reproduce.kcc import rps_partitions
+    from reproduce.kcc import rps_partitions
 
     F = np.random.RandomState(1).standard_normal((100, 2))
     X = rps_partitions(F, 3, 12, seed=0)
@@ -222,9 +223,9 @@ def test_kcc_rps_partition_range():
 def test_kcc_tables_6_10_share_one_fit(monkeypatch, tmp_path):
     """Tables 6-10 evaluate one fit per method; VI_n / VD_n take the best (smallest)
     graph partitioner, CA / NMI / R_n the largest."""
-    from consensuskit import metrics
-    from consensuskit.datasets import load
-    from consensuskit.reproduce import _methods, kcc
+    from consensuskit.data.datasets import load
+    from consensuskit.evaluation import metrics
+    from reproduce import _methods, kcc
 
     _, y = load("iris")
     bad = np.arange(len(y)) % 3  # unrelated to the classes

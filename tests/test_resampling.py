@@ -36,7 +36,7 @@ from consensuskit.consensus.resampling import (
     hierarchical_labels,
     proportion_ambiguous,
 )
-from consensuskit.generate import noisy_copies
+from consensuskit.data.generate import noisy_copies
 
 DATA = Path(__file__).parent / "data" / "ccp"
 SETS = ["iris", "wine", "glass"]

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from _factories import ESTIMATORS, make_fast
 
-from consensuskit import persistence
-from consensuskit.generate import noisy_copies
+from consensuskit.data.generate import noisy_copies
+from consensuskit.io import persistence
 
 
 def planted(seed=0, n_per=10, m=6, noise=0.1):

@@ -26,11 +26,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from consensuskit.inference.nbce_gibbs import gibbs_nbce
-from consensuskit.models import nbce
 from consensuskit.models import simulate as simulate_spec
-from consensuskit.models.nbce import log_likelihood_collapsed
-from consensuskit.models.nbce_priors import get_prior
+from consensuskit.models.nbce import spec as nbce
+from consensuskit.models.nbce.gibbs import gibbs_nbce
+from consensuskit.models.nbce.priors import get_prior
+from consensuskit.models.nbce.spec import log_likelihood_collapsed
 
 #: the cases: size of the data, prior, hyper-parameters, what the sampler does
 CASES = {

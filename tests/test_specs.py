@@ -7,9 +7,9 @@ parameters, in free coordinates (each simplex without its last entry; BCE's alph
 log scale): MM's and NBCE's by autograd through Pyro's enumerated ``TraceEnum_ELBO`` of
 ``mm.model`` (NBCE's likelihood on its occupied components is that mixture); BCE's by the
 outer product of the per-row scores of its exact marginal
-(:func:`consensuskit.inference.bce_alpha.exact_log_marginal`, central differences);
+(:func:`consensuskit.models.bce.alpha.exact_log_marginal`, central differences);
 GBCE's likewise from its exact marginal of labels and features
-(:func:`consensuskit.models.gbce.exact_log_marginal`), coordinates (log alpha, free beta,
+(:func:`consensuskit.models.gbce.spec.exact_log_marginal`), coordinates (log alpha, free beta,
 mu, log sigma2).  A fit passes when the Mahalanobis distance ``d' Cov^-1 d`` of its error
 ``d`` is below the 0.999 quantile of chi-square with dim(d) degrees of freedom AND every
 coordinate is within ``z* = Phi^-1(1 - 0.0005 / dim(d))`` standard errors (family-wise
@@ -30,11 +30,15 @@ from scipy.optimize import linear_sum_assignment
 from scipy.stats import chi2, norm
 
 import consensuskit as ck
-from consensuskit.ensemble import Ensemble
-from consensuskit.inference import bce_cavi
-from consensuskit.inference.bce_alpha import exact_log_marginal
+from consensuskit.data.ensemble import Ensemble
 from consensuskit.inference.pyro_map import fit_map
-from consensuskit.models import bce, gbce, mm, nbce, simulate
+from consensuskit.models import simulate
+from consensuskit.models.bce import cavi as bce_cavi
+from consensuskit.models.bce import spec as bce
+from consensuskit.models.bce.alpha import exact_log_marginal
+from consensuskit.models.gbce import spec as gbce
+from consensuskit.models.mm import spec as mm
+from consensuskit.models.nbce import spec as nbce
 
 N_LABELS = [3, 4, 3, 2, 3, 4]
 PI = np.array([0.5, 0.3, 0.2])

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import consensuskit
-from consensuskit import warmup
-from consensuskit.cli import main
+from consensuskit.cli import warmup
+from consensuskit.cli.commands import main
 
 PACKAGE = Path(consensuskit.__file__).parent
 
@@ -73,7 +73,7 @@ def test_demo_compiles_nothing_after_warmup(tmp_path):
     ``consensuskit warmup`` into a second fresh cache, the same run compiles nothing."""
     cold = _run(COUNT_COMPILES, tmp_path / "cold")
     assert int(cold.split()[-1]) > 0
-    _run("import sys; from consensuskit.cli import main; sys.exit(main(['-q', 'warmup']))",
+    _run("import sys; from consensuskit.cli.commands import main; sys.exit(main(['-q', 'warmup']))",
          tmp_path / "warm")
     warm = _run(COUNT_COMPILES, tmp_path / "warm")
     assert int(warm.split()[-1]) == 0

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..base import ConsensusEstimator
-from ..ensemble import DENSE_COASSOCIATION_LIMIT, Ensemble
+from consensuskit.base import ConsensusEstimator
+from consensuskit.data.ensemble import DENSE_COASSOCIATION_LIMIT, Ensemble
 
 __all__ = ["EAC"]
 
@@ -91,7 +91,7 @@ class EAC(ConsensusEstimator):
         from scipy.cluster.hierarchy import fcluster, linkage
         from sklearn.utils import check_random_state
 
-        from .resampling import resolve_n_clusters
+        from consensuskit.consensus.resampling import resolve_n_clusters
 
         N = ensemble.n_samples
         K = resolve_n_clusters(self, ensemble)

@@ -33,12 +33,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
-from ..base import (
-    ConsensusEstimator,
-    check_positive_float,
-    check_positive_int,
-)
-from ..ensemble import DENSE_COASSOCIATION_LIMIT, Ensemble
+from consensuskit.base import ConsensusEstimator, check_positive_float, check_positive_int
+from consensuskit.data.ensemble import DENSE_COASSOCIATION_LIMIT, Ensemble
 
 __all__ = ["CSPA", "HGPA", "MCLA", "HBGF", "metis_partition", "kahypar_partition",
            "spectral_partition"]
@@ -225,7 +221,7 @@ class CSPA(ConsensusEstimator):
         self.random_state = random_state
 
     def _fit(self, ensemble: Ensemble):
-        from .resampling import resolve_n_clusters
+        from consensuskit.consensus.resampling import resolve_n_clusters
 
         N = ensemble.n_samples
         K = resolve_n_clusters(self, ensemble)
@@ -357,7 +353,7 @@ class HGPA(ConsensusEstimator):
         self.random_state = random_state
 
     def _fit(self, ensemble: Ensemble):
-        from .resampling import resolve_n_clusters
+        from consensuskit.consensus.resampling import resolve_n_clusters
 
         K = resolve_n_clusters(self, ensemble)
         n_init = check_positive_int(self.n_init, "n_init")
@@ -422,7 +418,7 @@ class MCLA(ConsensusEstimator):
         self.random_state = random_state
 
     def _fit(self, ensemble: Ensemble):
-        from .resampling import resolve_n_clusters
+        from consensuskit.consensus.resampling import resolve_n_clusters
 
         K = resolve_n_clusters(self, ensemble)
         T = ensemble.n_total_labels
@@ -482,7 +478,7 @@ class HBGF(ConsensusEstimator):
     def _fit(self, ensemble: Ensemble):
         from sklearn.cluster import KMeans
 
-        from .resampling import resolve_n_clusters
+        from consensuskit.consensus.resampling import resolve_n_clusters
 
         N = ensemble.n_samples
         K = resolve_n_clusters(self, ensemble)

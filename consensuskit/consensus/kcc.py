@@ -15,9 +15,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils import check_random_state
 
-from ..base import ConsensusEstimator, check_positive_float, check_positive_int
-from ..ensemble import Ensemble, as_ensemble
-from .utilities import (
+from consensuskit.base import ConsensusEstimator, check_positive_float, check_positive_int
+from consensuskit.consensus.utilities import (
     centroids_from_counts,
     check_weights,
     contingency,
@@ -26,6 +25,7 @@ from .utilities import (
     get_utility,
     objective_offset,
 )
+from consensuskit.data.ensemble import Ensemble, as_ensemble
 
 __all__ = ["KCC", "choose_n_clusters"]
 
@@ -134,7 +134,7 @@ class KCC(ConsensusEstimator):
 
     # ------------------------------------------------------------------
     def _fit(self, ensemble: Ensemble):
-        from .resampling import resolve_n_clusters
+        from consensuskit.consensus.resampling import resolve_n_clusters
 
         N = ensemble.n_samples
         K = resolve_n_clusters(self, ensemble)

@@ -21,9 +21,14 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from sklearn.utils import check_random_state
 
-from ..base import ConsensusEstimator, check_n_clusters, check_positive_float, check_positive_int
-from ..ensemble import Ensemble
-from .graph import _relabel
+from consensuskit.base import (
+    ConsensusEstimator,
+    check_n_clusters,
+    check_positive_float,
+    check_positive_int,
+)
+from consensuskit.consensus.graph import _relabel
+from consensuskit.data.ensemble import Ensemble
 
 __all__ = [
     "MedoidConsensus",
@@ -203,7 +208,7 @@ class LeastSquaresConsensus(ConsensusEstimator):
         self.random_state = random_state
 
     def _fit(self, ensemble: Ensemble):
-        from .resampling import resolve_n_clusters
+        from consensuskit.consensus.resampling import resolve_n_clusters
 
         N, M = ensemble.shape
         K = resolve_n_clusters(self, ensemble)

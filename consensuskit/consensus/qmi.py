@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..base import ConsensusEstimator, check_positive_int
-from ..ensemble import Ensemble
+from consensuskit.base import ConsensusEstimator, check_positive_int
+from consensuskit.data.ensemble import Ensemble
 
 __all__ = ["QMI"]
 
@@ -56,7 +56,7 @@ class QMI(ConsensusEstimator):
     def _fit(self, ensemble: Ensemble):
         from sklearn.cluster import KMeans
 
-        from .resampling import resolve_n_clusters
+        from consensuskit.consensus.resampling import resolve_n_clusters
 
         K = resolve_n_clusters(self, ensemble)
         n_init = check_positive_int(self.n_init, "n_init")

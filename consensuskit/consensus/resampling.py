@@ -30,9 +30,9 @@ import numbers
 import numpy as np
 from sklearn.utils import check_random_state
 
-from ..base import ConsensusEstimator, check_n_clusters, check_positive_int
-from ..ensemble import Ensemble, as_ensemble
-from .eac import condensed_coassociation_distance
+from consensuskit.base import ConsensusEstimator, check_n_clusters, check_positive_int
+from consensuskit.consensus.eac import condensed_coassociation_distance
+from consensuskit.data.ensemble import Ensemble, as_ensemble
 
 __all__ = [
     "ResamplingConsensus",

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ensemble import Ensemble
+from consensuskit.data.ensemble import Ensemble
 
 __all__ = [
     "UTILITIES",

@@ -21,11 +21,11 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils import check_random_state
 
-from ..base import ConsensusEstimator, check_positive_int
-from ..ensemble import Ensemble
-from .graph import _relabel
-from .partition import align_labels, partition_dissimilarities
-from .utilities import contingency
+from consensuskit.base import ConsensusEstimator, check_positive_int
+from consensuskit.consensus.graph import _relabel
+from consensuskit.consensus.partition import align_labels, partition_dissimilarities
+from consensuskit.consensus.utilities import contingency
+from consensuskit.data.ensemble import Ensemble
 
 __all__ = ["MajorityVote", "IVC", "IPVC"]
 
@@ -78,7 +78,7 @@ class MajorityVote(ConsensusEstimator):
         self.random_state = random_state
 
     def _fit(self, ensemble: Ensemble):
-        from .resampling import resolve_n_clusters
+        from consensuskit.consensus.resampling import resolve_n_clusters
 
         rs = check_random_state(self.random_state)
         K = resolve_n_clusters(self, ensemble)
@@ -148,7 +148,7 @@ class IVC(ConsensusEstimator):
         self.random_state = random_state
 
     def _fit(self, ensemble: Ensemble):
-        from .resampling import resolve_n_clusters
+        from consensuskit.consensus.resampling import resolve_n_clusters
 
         K = resolve_n_clusters(self, ensemble)
         n_init = check_positive_int(self.n_init, "n_init")

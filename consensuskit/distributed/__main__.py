@@ -2,7 +2,7 @@
 
 import sys
 
-from .launch import main
+from consensuskit.distributed.launch import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,9 +8,9 @@ and numba and loading the kernels again.  Only the fork server imports this.
 import numpy as np
 import torch
 
-from ..ensemble import Ensemble
-from ..inference import bce_cavi as _cavi
-from . import _worker  # noqa: F401
+from consensuskit.data.ensemble import Ensemble
+from consensuskit.distributed import _worker  # noqa: F401
+from consensuskit.models.bce import cavi as _cavi
 
 
 def _warm() -> None:

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..ensemble import Ensemble
-from ..inference import bce_cavi as cavi
-from . import column, row
-from .comm import CommError, TorchComm
-from .common import EMConfig, WorkerResult
+from consensuskit.data.ensemble import Ensemble
+from consensuskit.distributed import column, row
+from consensuskit.distributed.comm import CommError, TorchComm
+from consensuskit.distributed.common import EMConfig, WorkerResult
+from consensuskit.models.bce import cavi
 
 __all__ = ["run_rank", "worker_main", "column_ensemble", "beta_columns"]
 

@@ -28,10 +28,10 @@ mixture over each rank's columns.  What it does show is discussed in
 ``docs/scaling_out.md`` (with one column per rank, rows with equal labels get
 equal ``phi`` rows, so the partition of that column can be read off).
 
-Each rank's pass is :func:`consensuskit.inference.bce_cavi.e_step` with one
+Each rank's pass is :func:`consensuskit.models.bce.cavi.e_step` with one
 pass on its columns (alpha passed as 0, so its returned gamma is the partial
 phi sum); all bound pieces come from
-:func:`~consensuskit.inference.bce_cavi.lower_bound` on the pieces each rank
+:func:`~consensuskit.models.bce.cavi.lower_bound` on the pieces each rank
 holds.  The result equals the single-process fit up to the order of
 floating-point additions.
 """
@@ -44,12 +44,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ensemble import LabelData
-from ..inference import bce_cavi as cavi
-from ..inference.driver import Engine
-from .comm import Comm
-from .common import EMConfig, _flags, _read_flags
-from .row import drive_ranks
+from consensuskit.data.ensemble import LabelData
+from consensuskit.distributed.comm import Comm
+from consensuskit.distributed.common import EMConfig, _flags, _read_flags
+from consensuskit.distributed.row import drive_ranks
+from consensuskit.inference.driver import Engine
+from consensuskit.models.bce import cavi
 
 __all__ = ["fit_columns", "ColumnCAVI", "COORDINATOR"]
 
@@ -60,7 +60,7 @@ COORDINATOR = 0
 def _beta_bound_part(beta, stats, smoothing):
     """``sum phi ln beta + smoothing * sum ln beta`` over a rank's columns.
 
-    :func:`~consensuskit.inference.bce_cavi.lower_bound` evaluated on zero rows
+    :func:`~consensuskit.models.bce.cavi.lower_bound` evaluated on zero rows
     (its row terms vanish), so the formula stays in one place.
     """
     K = beta.shape[0]

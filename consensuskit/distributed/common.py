@@ -1,7 +1,7 @@
 """Pieces shared by the row- and column-distributed engines.
 
 The engines run the same variational EM as the single-process estimator
-(:class:`consensuskit.inference.bce_cavi.CAVI` under the one fit driver): per iteration an
+(:class:`consensuskit.models.bce.cavi.CAVI` under the one fit driver): per iteration an
 E-step of ``inner_iter`` warm-started (phi, gamma) passes, then the beta
 update (eq. 7), the Newton update of alpha (eq. 8, with ascent checks) and the
 objective ``L + smoothing * sum ln beta``; they stop on a relative change of

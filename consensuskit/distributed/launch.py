@@ -30,11 +30,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..base import check_n_clusters, check_positive_float, check_positive_int, resolve_dtype
-from ..ensemble import Ensemble, _labels_to_int, as_ensemble
-from ._worker import beta_columns, column_ensemble, run_rank, worker_main
-from .comm import CommError, LocalComm, TorchComm
-from .common import EMConfig, FaultHook, WorkerResult
+from consensuskit.base import (
+    check_n_clusters,
+    check_positive_float,
+    check_positive_int,
+    resolve_dtype,
+)
+from consensuskit.data.ensemble import Ensemble, _labels_to_int, as_ensemble
+from consensuskit.distributed._worker import beta_columns, column_ensemble, run_rank, worker_main
+from consensuskit.distributed.comm import CommError, LocalComm, TorchComm
+from consensuskit.distributed.common import EMConfig, FaultHook, WorkerResult
 
 __all__ = ["fit_distributed", "CommRecord", "DistributedFitError", "MODES", "main"]
 
@@ -244,7 +249,7 @@ def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", n_init=1, max_ite
     """
     from sklearn.utils import check_random_state
 
-    from ..estimators.bce import BCE
+    from consensuskit.models.bce.estimator import BCE
 
     ens = as_ensemble(X)
     K = check_n_clusters(n_clusters, ens.n_samples)
@@ -316,8 +321,8 @@ def _assemble(est, outs, mode, ens: Ensemble, K: int, parts, dtype):
     """The workers' results as the fitted ``est`` (a BCE) with its ``distributed_`` record."""
     import torch
 
-    from ..inference.bce_cavi import CAVIState, bound_at
-    from ..inference.driver import Fit, Run
+    from consensuskit.inference.driver import Fit, Run
+    from consensuskit.models.bce.cavi import CAVIState, bound_at
 
     N, M = ens.shape
     gamma = np.empty((N, K))
@@ -388,7 +393,7 @@ def _cli_worker(args) -> int:
     import torch.distributed as dist
     from sklearn.utils import check_random_state
 
-    from ..inference import bce_cavi as cavi
+    from consensuskit.models.bce import cavi
 
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))

@@ -41,12 +41,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ensemble import LabelData
-from ..inference import bce_cavi as cavi
-from ..inference.driver import Engine
-from ..inference.driver import fit as drive
-from .comm import Comm
-from .common import EMConfig, _flags, _read_flags, progress
+from consensuskit.data.ensemble import LabelData
+from consensuskit.distributed.comm import Comm
+from consensuskit.distributed.common import EMConfig, _flags, _read_flags, progress
+from consensuskit.inference.driver import Engine
+from consensuskit.inference.driver import fit as drive
+from consensuskit.models.bce import cavi
 
 __all__ = [
     "fit_rows_exact", "fit_rows_sequential", "row_setup", "drive_ranks", "RingCAVI",
@@ -108,7 +108,7 @@ def drive_ranks(comm: Comm, engine, cfg: EMConfig, n_runs: int, hook, desc: str,
 def fit_rows_exact(comm: Comm, data: LabelData, cfg: EMConfig, alpha0, beta0s, hook=None):
     """Exact row-distributed variational EM: BCE's engine with an all-reduce, under the driver.
 
-    Every rank runs :class:`~consensuskit.inference.bce_cavi.CAVI` on its rows with
+    Every rank runs :class:`~consensuskit.models.bce.cavi.CAVI` on its rows with
     ``reduce`` = an all-reduce of the sufficient statistics (and of the bound), so
     every rank takes the identical M-step and the identical stopping and restart
     decisions.

@@ -18,7 +18,7 @@ __all__ = ["warm_up", "column_vs_single"]
 
 def warm_up(n_clusters=3, n_workers=2, seed=0):
     """Run two tiny distributed fits (P = ``n_workers`` and P = 1); returns their wall seconds."""
-    from .launch import fit_distributed
+    from consensuskit.distributed.launch import fit_distributed
 
     rng = np.random.default_rng(seed)
     X = rng.integers(0, 3, size=(60, 8))
@@ -60,9 +60,9 @@ def column_vs_single(X, n_clusters, *, n_workers=2, max_iter=10, seed=0, check=T
         transfer) and ``bytes_rank1_per_iter`` (payload of rank 1, or rank 0 when
         ``P = 1``).
     """
-    from ..ensemble import Ensemble
-    from ..inference import bce_cavi as cavi
-    from .launch import fit_distributed
+    from consensuskit.data.ensemble import Ensemble
+    from consensuskit.distributed.launch import fit_distributed
+    from consensuskit.models.bce import cavi
 
     ens = Ensemble.from_labels(np.asarray(X))
     beta0 = cavi.init_beta_random(ens, n_clusters, np.random.RandomState(seed))

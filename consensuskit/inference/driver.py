@@ -44,7 +44,7 @@ After every step the driver builds a *snapshot* ``{"run", <run_name>, "iteration
 (plus ``engine.info(state)``), passes it to ``callback`` (returning ``False`` stops
 the fit; the unfinished run is kept with ``stopped=True``) and, every
 ``checkpoint_every`` snapshots and when stopped, to ``checkpoint`` (a writer, see
-:func:`consensuskit.checkpoint.checkpoint_writer`).  ``fit(..., resume=snapshot)``
+:func:`consensuskit.io.checkpoint.checkpoint_writer`).  ``fit(..., resume=snapshot)``
 continues from such a snapshot and ends exactly where the uninterrupted fit ends.
 
 Distributed engines use the same driver: their ``step`` all-reduces sufficient

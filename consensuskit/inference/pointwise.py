@@ -20,7 +20,7 @@ The same contraction, kept open over an enumerated membership site, gives its po
 importance-weighted posterior mean.
 
 A *collapsed* spec, whose rows plate holds only an observed site with the exact row
-marginal (:func:`consensuskit.models.bce.model_collapsed`), needs neither: its log density
+marginal (:func:`consensuskit.models.bce.spec.model_collapsed`), needs neither: its log density
 is the exact ``log p(x_i | globals)`` (zero variance), and if that row distribution has a
 ``membership(value)`` method (n, K) it is the row's membership.
 """
@@ -120,7 +120,7 @@ def site_roles(model, labels, model_kwargs, n_clusters=None) -> SiteRoles:
 
 def _row_membership(fn):
     """The ``membership(value)`` method of an observed row distribution (a collapsed spec's,
-    e.g. :class:`~consensuskit.models.bce_marginal.BCERowMarginal`), through Pyro's
+    e.g. :class:`~consensuskit.models.bce.marginal.BCERowMarginal`), through Pyro's
     expand/mask wrappers; None if it has none."""
     while fn is not None:
         if callable(getattr(fn, "membership", None)):

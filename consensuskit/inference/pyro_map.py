@@ -1,7 +1,8 @@
 """The MAP of a spec whose latent sites are all global: ``AutoDelta`` maximised by L-BFGS.
 
 A collapsed spec (per-row latents summed out exactly, e.g.
-:func:`consensuskit.models.gbce.model_collapsed`, :func:`consensuskit.models.bce.model_collapsed`)
+:func:`consensuskit.models.gbce.spec.model_collapsed`,
+:func:`consensuskit.models.bce.spec.model_collapsed`)
 has a log joint that is a deterministic function of its global sites.  Pyro's
 ``AutoDelta`` holds one point per site (in the constrained space, so without a Jacobian:
 the MAP); ``Trace_ELBO().differentiable_loss`` of model and ``AutoDelta`` is then exactly
@@ -23,8 +24,8 @@ import torch
 from pyro.infer import Trace_ELBO
 from pyro.infer.autoguide import AutoDelta, init_to_sample, init_to_value
 
-from ..models._convention import float64_default
-from .driver import Engine
+from consensuskit.inference.driver import Engine
+from consensuskit.models.convention import float64_default
 
 __all__ = ["MAPEngine", "fit_map"]
 
@@ -117,7 +118,7 @@ def fit_map(model, labels, *, model_kwargs, init_values=None, max_iter=50, tol=1
     """
     from sklearn.utils import check_random_state
 
-    from .driver import fit as drive
+    from consensuskit.inference.driver import fit as drive
 
     engine = MAPEngine(model, (labels,), dict(model_kwargs), init_values=init_values,
                        lbfgs_iter=lbfgs_iter)

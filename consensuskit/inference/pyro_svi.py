@@ -31,7 +31,7 @@ from pyro import poutine
 from pyro.infer import SVI, JitTrace_ELBO, JitTraceEnum_ELBO, Trace_ELBO, TraceEnum_ELBO
 from pyro.optim import Adam, ClippedAdam
 
-from .driver import Engine
+from consensuskit.inference.driver import Engine
 
 __all__ = ["make_elbo", "SVIEngine", "SVIDriverEngine", "SVIFit", "fit_svi", "stream_svi",
            "iter_row_chunks"]
@@ -165,7 +165,7 @@ def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate
     """
     from sklearn.utils import check_random_state
 
-    from .driver import fit as drive
+    from consensuskit.inference.driver import fit as drive
 
     kw = dict(model_kwargs)
     if batch_size is not None and batch_size < labels.shape[0]:

@@ -89,7 +89,7 @@ def _mm_to_spec(est):
 
 
 def _mm_objective(est):
-    from ..models import mm
+    from consensuskit.models.mm import spec as mm
 
     kw, draws = _mm_to_spec(est)
     lj, _ = mm.log_joint(torch.as_tensor(est.ensemble_.codes), draws["pi"][0],
@@ -110,8 +110,8 @@ def _bce_objective(est, n_particles=2000, reps=4):
     import pyro
     from pyro.infer import TraceEnum_ELBO, config_enumerate
 
-    from ..models import bce
-    from . import bce_cavi as cavi
+    from consensuskit.models.bce import cavi
+    from consensuskit.models.bce import spec as bce
 
     ens = est.ensemble_
     data = cavi.prepare_data(ens)
@@ -139,7 +139,7 @@ def _gbce_data():
     """90 + 30 rows of GBCE's own data (labels and 2 features from its spec, alpha 0.2,
     label distributions from Dirichlet(0.5)), 10% of the labels and 5% of the feature
     values missing."""
-    from ..models import gbce
+    from consensuskit.models.gbce import spec as gbce
 
     n_labels = [3, 3, 4, 2, 3]
     X, F, _ = gbce.simulate(n_rows=120, n_labels=n_labels, n_clusters=3, n_features=2,
@@ -178,11 +178,14 @@ def _nbce_gibbs_to_spec(est):
 
 
 def _register_builtins():
-    from ..estimators.bce import BCE
-    from ..estimators.gbce import GBCE
-    from ..estimators.mm import MM
-    from ..estimators.nbce import NBCE
-    from ..models import bce, gbce, mm, nbce
+    from consensuskit.models.bce import spec as bce
+    from consensuskit.models.bce.estimator import BCE
+    from consensuskit.models.gbce import spec as gbce
+    from consensuskit.models.gbce.estimator import GBCE
+    from consensuskit.models.mm import spec as mm
+    from consensuskit.models.mm.estimator import MM
+    from consensuskit.models.nbce import spec as nbce
+    from consensuskit.models.nbce.estimator import NBCE
 
     register_engine(FastPath("mm", "em", mm,
                              lambda **o: MM(n_clusters=3, random_state=0, **o),

@@ -38,6 +38,18 @@ labels, features and latents); its label part is BCE's (same global sites).  ``p
 co-association model) keeps its own signature.
 """
 
-from .simulate import simulate  # noqa: E402
+from importlib import import_module as _import_module
 
-__all__ = ["simulate"]
+#: The model families, one package each (spec, engines, kernels, estimator).
+FAMILIES = ("mm", "bce", "gbce", "nbce", "pcc")
+
+__all__ = ["simulate", "convention", *FAMILIES]
+
+
+def __getattr__(name):
+    # Imported on first use, so that importing an estimator does not import Pyro.
+    if name == "simulate":
+        return _import_module("consensuskit.models.simulation").simulate
+    if name in FAMILIES or name == "convention":
+        return _import_module(f"consensuskit.models.{name}")
+    raise AttributeError(f"module 'consensuskit.models' has no attribute {name!r}")

@@ -34,7 +34,7 @@ def _features(seed=1, n=60):
 
 
 def _bce_spec():
-    from consensuskit.models import bce
+    from consensuskit.models.bce import spec as bce
 
     return bce.model
 

@@ -1,1 +1,0 @@
-"""scikit-learn style estimators for the generative consensus models."""

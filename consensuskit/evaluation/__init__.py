@@ -1,0 +1,2 @@
+"""Scoring and comparing fits: partition ``metrics``, ``heldout`` perplexity, model
+``comparison`` and ``figures``."""

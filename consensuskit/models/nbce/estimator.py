@@ -1,0 +1,581 @@
+"""NBCE estimator: nonparametric Bayesian clustering ensembles (Wang et al. 2010)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+from scipy.special import logsumexp
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from consensuskit.base import (
+    ConsensusEstimator,
+    GenerativeMixin,
+    check_positive_float,
+    check_positive_int,
+    resolve_device,
+    resolve_dtype,
+    torch_generator,
+)
+from consensuskit.data.ensemble import Ensemble, as_ensemble
+from consensuskit.io.checkpoint import check_checkpoint_params, checkpoint_writer, read_checkpoint
+from consensuskit.models.nbce.cvb import CVB
+from consensuskit.models.nbce.gibbs import (
+    co_clustering,
+    draw_counts,
+    gibbs_nbce,
+    point_consensus,
+    relabel_by_size,
+)
+from consensuskit.models.nbce.priors import PRIORS, get_prior
+from consensuskit.models.nbce.vb import VB
+
+__all__ = ["NBCE", "predictive_parameters"]
+
+
+def predictive_parameters(Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
+    """Posterior-mean (pi, theta) given cluster counts (posterior of pi, theta | z, x).
+
+    Parameters
+    ----------
+    Nk : (..., T), Nkl : (..., T, L), Nkm : (..., T, M)
+        Cluster sizes, label counts, per-column observed counts (may be expected counts);
+        leading dimensions are a batch of draws.
+    alpha0 : float or (..., 1);  beta : float or (..., 1, 1)
+    n_labels : (M,)
+    prior : {"tsb", "fsd"}
+
+    Returns
+    -------
+    log_pi : (..., T), log_theta : (..., T, L)
+        ``theta_kl = (beta + N_kl) / (k_j beta + N_kj)``; ``pi`` is the Dirichlet
+        posterior mean (FSD) or the product of posterior stick means (TSB).
+    """
+    Nk = np.asarray(Nk, dtype=np.float64)
+    n_labels = np.asarray(n_labels)
+    col_of = np.repeat(np.arange(n_labels.size), n_labels)
+    theta = (beta + np.asarray(Nkl, dtype=np.float64)) / (
+        n_labels[col_of] * beta + np.asarray(Nkm, dtype=np.float64)[..., col_of]
+    )
+    with np.errstate(divide="ignore"):
+        return get_prior(prior).conditional_log_weights(Nk, alpha0), np.log(theta)
+
+
+def _component_loglik(idx, log_theta):
+    """sum_{j observed} log theta[k, idx_ij] -> (n, T); idx (n, M) global, -1 missing."""
+    n, M = idx.shape
+    out = np.zeros((n, log_theta.shape[0]))
+    for j in range(M):
+        col = idx[:, j]
+        obs = col >= 0
+        out[obs] += log_theta[:, col[obs]].T
+    return out
+
+
+class NBCE(GenerativeMixin, ConsensusEstimator):
+    """Nonparametric Bayesian clustering ensemble: a truncated Dirichlet-process mixture
+    of categorical distributions over the base labels of each point.
+
+    Model (see :mod:`consensuskit.models.nbce.spec`): ``theta*_kj ~ Dir(beta)``, mixing
+    weights from truncated stick-breaking (``prior="tsb"``) or a finite symmetric
+    Dirichlet ``Dir(alpha0/T)`` (``prior="fsd"``), ``z_i ~ Cat(pi)``,
+    ``x_ij ~ Cat(theta*_{z_i j})`` for the observed labels.  The number of
+    consensus clusters is inferred (``n_clusters_``); ``truncation`` is only an
+    upper bound.
+
+    Parameters
+    ----------
+    truncation : int, default 20
+        T, the number of mixture components (the paper's K).
+    prior : {"tsb", "fsd"}, default "tsb"
+    inference : {"gibbs", "vb", "cvb"}, default "gibbs"
+        Collapsed Gibbs sampling (numba), mean-field VB (FSD only, torch) or
+        first-order collapsed VB (torch).
+    n_samples, burn_in, thin, n_chains : int
+        Gibbs: retained draws per chain, discarded sweeps, thinning, chains.
+    n_split_merge : int or None, default None
+        Gibbs: split-merge Metropolis-Hastings proposals, and moves of groups of
+        identical rows, per sweep (None: 20 at every N, so a sweep's cost stays
+        linear in N -- a split allocates the points of one cluster, a merge is mostly
+        decided from the cluster counts; 0 turns the group moves off and leaves
+        single-site Gibbs).
+    n_jobs : int, -1 or None, default None
+        Gibbs: threads the chains run on; None follows numba's thread setting
+        (``numba.set_num_threads`` / ``NUMBA_NUM_THREADS``).  The draws do not
+        depend on it.
+    alpha0, beta : float, default 1.0, 0.5
+        Concentration and Dirichlet parameter (fixed, or starting values).
+    update_hyper : bool, default True
+        Gibbs: slice-sample alpha0 and beta each sweep (Gamma(1, 1) priors).
+        VB: Newton updates maximising the bound.  CVB: ignored (kept fixed).
+    max_iter : int, default 500
+        VB / CVB iterations (passes).
+    tol : float, default 1e-6
+        VB: relative bound change; CVB: largest change of a responsibility.
+    random_state : None, int or RandomState
+    dtype : torch dtype or name, default "float64"
+        VB / CVB arithmetic.
+    device : {"cpu", "cuda"}, default "cpu"
+        VB / CVB device.
+    verbose : bool, default False
+        Progress bars.
+    callback : callable or None
+        Gibbs: ``callback(state)`` after every sweep; ``state`` has ``chain``,
+        ``iteration`` (sweeps done in the chain), ``draws`` (retained so far in the
+        chain) and the sampler's state (see
+        :func:`~consensuskit.models.nbce.gibbs.gibbs_nbce`).  Returning ``False``
+        stops the fit: the summaries then use the chains finished so far, or the
+        draws of the first chain if none is finished (``stopped_`` is True); if no
+        draw was retained yet, fit raises ValueError (resume from the checkpoint).
+    checkpoint_path : str, path-like or None
+        Gibbs: write the resumable sampler state there every ``checkpoint_every``
+        sweeps and when the callback stops the run; continue with
+        ``fit(X, resume_from=checkpoint_path)`` (:mod:`consensuskit.io.checkpoint`).
+    checkpoint_every : int, default 10
+
+    Attributes
+    ----------
+    labels_ : int64 (n_samples,)
+        Hard consensus, 0..n_clusters_-1 by decreasing size.  Gibbs: the retained
+        draw closest to the posterior co-clustering matrix (Dahl's least-squares
+        point estimate, free of label switching).  VB/CVB: argmax of q(z).
+    n_clusters_ : int
+        Number of clusters in ``labels_``.
+    membership_ : float (n_samples, n_clusters_)
+        Soft consensus.  Gibbs: fraction of draws (each draw's clusters matched to
+        ``labels_``' clusters by the Hungarian method on their overlap) in which
+        the point is in each consensus cluster.  VB/CVB: q(z) on the kept clusters,
+        renormalised.
+    inference_data_ : arviz InferenceData (arviz 0.x) / DataTree (1.x)
+        Gibbs: the traces above in ``posterior``; every engine: ``log_likelihood``.
+        Gibbs: permutation-invariant traces ``log_joint``, ``n_clusters``
+        (occupied), ``alpha0``, ``beta`` with dims (chain, draw).  None for VB/CVB.
+    samples_ : dict
+        Gibbs: the raw draws of :func:`consensuskit.models.nbce.gibbs.gibbs_nbce`.
+    alpha0_, beta_ : float
+        Final (VB/CVB) or posterior-mean (Gibbs) hyper-parameters.
+    n_clamped_ : int
+        CVB: how many leave-one-out expected counts ``E N^{-i}`` (over all passes of the
+        run, entries of the (rows, clusters) and (rows, base clusterings, clusters)
+        count arrays) came out negative beyond round-off, through drift of the running
+        counts, and were raised to 0; a warning says so when it is not 0.  Negative
+        values within the round-off of the subtraction are set to their exact value 0
+        and not counted (:func:`consensuskit.models.nbce.cvb.leave_one_out`).  0 for
+        Gibbs and VB.
+    max_clamped_ : float
+        CVB: the largest amount such a count was raised by (0.0 if none).
+    lower_bound_, lower_bounds_, n_iter_, converged_
+        VB: the ELBO (non-decreasing).  CVB: its first-order approximation
+        (monitoring only, not guaranteed monotone).  For Gibbs only ``n_iter_``
+        is set: the number of sweeps per chain, ``burn_in + n_samples * thin``.
+    """
+
+    def __init__(
+        self,
+        truncation=20,
+        *,
+        prior="tsb",
+        inference="gibbs",
+        n_samples=200,
+        burn_in=100,
+        thin=1,
+        n_chains=2,
+        n_split_merge=None,
+        n_jobs=None,
+        alpha0=1.0,
+        beta=0.5,
+        update_hyper=True,
+        max_iter=500,
+        tol=1e-6,
+        random_state=None,
+        dtype="float64",
+        device="cpu",
+        verbose=False,
+        callback=None,
+        checkpoint_path=None,
+        checkpoint_every=10,
+    ):
+        self.truncation = truncation
+        self.prior = prior
+        self.inference = inference
+        self.n_samples = n_samples
+        self.burn_in = burn_in
+        self.thin = thin
+        self.n_chains = n_chains
+        self.n_split_merge = n_split_merge
+        self.n_jobs = n_jobs
+        self.alpha0 = alpha0
+        self.beta = beta
+        self.update_hyper = update_hyper
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.dtype = dtype
+        self.device = device
+        self.verbose = verbose
+        self.callback = callback
+        self.checkpoint_path = checkpoint_path
+        self.checkpoint_every = checkpoint_every
+
+    # ------------------------------------------------------------------ fit
+    def _validate(self, ens):
+        T = check_positive_int(self.truncation, "truncation", minimum=2)
+        if self.prior not in PRIORS:
+            raise ValueError(f"prior must be 'tsb' or 'fsd'; got {self.prior!r}")
+        if self.inference not in ("gibbs", "vb", "cvb"):
+            raise ValueError(f"inference must be 'gibbs', 'vb' or 'cvb'; got {self.inference!r}")
+        if self.inference == "vb" and self.prior != "fsd":
+            raise ValueError(
+                "inference='vb' is defined for prior='fsd' only (paper section 5.2); "
+                "use inference='cvb' or 'gibbs' with prior='tsb'"
+            )
+        check_positive_int(self.n_samples, "n_samples")
+        check_positive_int(self.burn_in, "burn_in", minimum=0)
+        check_positive_int(self.thin, "thin")
+        check_positive_int(self.n_chains, "n_chains")
+        if self.n_split_merge is not None:
+            check_positive_int(self.n_split_merge, "n_split_merge", minimum=0)
+        if self.n_jobs is not None and self.n_jobs != -1:
+            check_positive_int(self.n_jobs, "n_jobs")
+        check_positive_int(self.max_iter, "max_iter")
+        check_positive_float(self.alpha0, "alpha0")
+        check_positive_float(self.beta, "beta")
+        check_positive_float(self.tol, "tol")
+        if not isinstance(self.update_hyper, (bool, np.bool_)):
+            raise TypeError(f"update_hyper must be a bool; got {self.update_hyper!r}")
+        resolve_dtype(self.dtype)  # checked for every engine, used by VB / CVB
+        resolve_device(self.device)
+        check_checkpoint_params(self)
+        if self.inference != "gibbs" and (
+            self.callback is not None or self.checkpoint_path is not None
+        ):
+            raise ValueError("callback and checkpoint_path need inference='gibbs'")
+        return T
+
+    def fit(self, X, y=None, resume_from=None):
+        """Fit on base clusterings ``X`` (N, M); ``resume_from``: a Gibbs checkpoint file.
+
+        ``resume_from`` continues the sampler saved there by ``checkpoint_path``
+        (same data and hyper-parameters, else ValueError); the draws and results
+        are then identical to those of the uninterrupted run.
+        """
+        ens = as_ensemble(X)
+        self.ensemble_ = ens
+        self.n_features_in_ = ens.n_partitions
+        resume = None
+        if resume_from is not None:
+            if self.inference != "gibbs":
+                raise ValueError("resume_from needs inference='gibbs'")
+            resume = read_checkpoint(resume_from, self, ens)
+        self._fit(ens, resume=resume)
+        return self
+
+    def _fit(self, ens: Ensemble, resume=None):
+        T = self._validate(ens)
+        rs = check_random_state(self.random_state)
+        self._idx_train = ens.offset_index()
+        self.n_clamped_, self.max_clamped_ = 0, 0.0
+        if self.inference == "gibbs":
+            self._fit_gibbs(ens, T, rs, resume)
+        else:
+            self._fit_variational(ens, T, rs)
+        return self
+
+    def _fit_gibbs(self, ens, T, rs, resume=None):
+        out = gibbs_nbce(
+            self._idx_train, ens.n_labels, T, prior=self.prior, alpha0=self.alpha0,
+            beta=self.beta, update_hyperparameters=bool(self.update_hyper),
+            n_samples=self.n_samples, burn_in=self.burn_in, thin=self.thin,
+            n_chains=self.n_chains, n_split_merge=self.n_split_merge, n_jobs=self.n_jobs,
+            random_state=rs, verbose=self.verbose,
+            callback=self.callback, checkpoint=checkpoint_writer(self, ens),
+            checkpoint_every=self.checkpoint_every, resume=resume,
+        )
+        self.stopped_ = bool(out.pop("stopped"))
+        if self.stopped_:
+            ran = np.flatnonzero(~np.isnan(out["log_joint_trace"][:, 0]))
+            c = int(ran[-1])  # the chain the callback stopped
+            s = int(out["n_draws"][c])
+            if c == 0 and s == 0:
+                raise ValueError(
+                    "the callback stopped NBCE before its first retained draw; continue "
+                    "with fit(X, resume_from=checkpoint_path)"
+                )
+            # the finished chains, or the draws so far of the first chain
+            chains, draws = (slice(0, c), slice(None)) if c > 0 else (slice(0, 1), slice(0, s))
+            for key, value in out.items():
+                if isinstance(value, np.ndarray) and key != "n_labels":
+                    out[key] = value[chains]
+                    if value.ndim >= 2 and key not in ("log_joint_trace", "move_stats"):
+                        out[key] = out[key][:, draws]
+        self.samples_ = out
+        self.n_iter_ = int(self.burn_in + self.n_samples * self.thin)  # sweeps per chain
+        C, S = out["log_joint"].shape
+        Z = out["z"].reshape(C * S, -1)
+        labels, best = point_consensus(Z, random_state=rs)
+        self.labels_ = labels
+        self.n_clusters_ = int(labels.max()) + 1
+        self._best_draw = best
+        # match each draw's clusters to the consensus clusters (label switching)
+        K = self.n_clusters_
+        maps = np.full((C * S, T), -1, dtype=np.int64)
+        member = np.zeros((ens.n_samples, K))
+        rows = np.arange(ens.n_samples)
+        for s in range(C * S):
+            cont = np.bincount(Z[s] * K + labels, minlength=T * K).reshape(T, K)
+            r, c = linear_sum_assignment(-cont)
+            keep = cont[r, c] > 0
+            maps[s, r[keep]] = c[keep]
+            mz = maps[s, Z[s]]
+            ok = mz >= 0
+            member += np.bincount(rows[ok] * K + mz[ok], minlength=member.size).reshape(
+                member.shape
+            )
+        # every row is counted at least in the consensus draw itself, whose clusters
+        # all map one to one onto the consensus clusters
+        self.membership_ = member / member.sum(1, keepdims=True)
+        ms = out["move_stats"].sum(0)
+        self.split_merge_stats_ = {
+            "splits_accepted": int(ms[0]), "merges_accepted": int(ms[1]),
+            "splits_proposed": int(ms[2]), "merges_proposed": int(ms[3]),
+            "splits_without_empty_component": int(ms[4]),
+            "group_moves_changed": int(ms[6]),
+        }
+        self.n_slice_kept_ = int(ms[5])
+        if self.n_slice_kept_:
+            warnings.warn(
+                f"NBCE: {self.n_slice_kept_} slice update(s) of alpha0/beta found no new "
+                "point in 200 shrinkage steps and kept the old value (n_slice_kept_)",
+                RuntimeWarning, stacklevel=3,
+            )
+        self._draw_maps = maps
+        self.n_clusters_draws_ = out["n_occupied"]
+        self.alpha0_ = float(out["alpha0"].mean())
+        self.beta_ = float(out["beta"].mean())
+        self._arviz_posterior = {
+            "log_joint": out["log_joint"],
+            "n_clusters": out["n_occupied"],
+            "alpha0": out["alpha0"],
+            "beta": out["beta"],
+        }
+        self._arviz_attrs = {"prior": self.prior, "truncation": T,
+                             "inference": "collapsed_gibbs"}
+
+    def _fit_variational(self, ens, T, rs):
+        dtype = resolve_dtype(self.dtype)
+        device = resolve_device(self.device)
+        engine_kw = dict(generator=torch_generator(rs), dtype=dtype, device=device)
+        drive_kw = dict(max_iter=self.max_iter, tol=self.tol, progress=bool(self.verbose),
+                        desc=f"NBCE {self.inference.upper()}")
+        if self.inference == "vb":
+            run = VB(self._idx_train, ens.n_labels, T, alpha0=self.alpha0, beta=self.beta,
+                     update_hyperparameters=bool(self.update_hyper),
+                     **engine_kw).run(**drive_kw).best
+            out = run.params
+            xi = out.xi.double().cpu().numpy()
+            rho = out.rho.double().cpu().numpy()
+            col_of = np.repeat(np.arange(ens.n_partitions), ens.n_labels)
+            rs_sum = np.zeros((T, ens.n_partitions))
+            np.add.at(rs_sum.T, col_of, rho.T)
+            self._log_pi = np.log(xi / xi.sum())
+            self._log_theta = np.log(rho / rs_sum[:, col_of])
+        else:
+            run = CVB(self._idx_train, ens.n_labels, T, prior=self.prior, alpha0=self.alpha0,
+                      beta=self.beta, **engine_kw).run(**drive_kw).best
+            out = run.params
+            self.n_clamped_, self.max_clamped_ = int(out.n_clamped), float(out.max_clamped)
+            if self.n_clamped_:
+                warnings.warn(
+                    f"NBCE CVB: {self.n_clamped_} leave-one-out expected count(s) came out "
+                    f"negative beyond round-off (by up to {self.max_clamped_:.3g}: drift of "
+                    "the running counts) and were raised to 0 (n_clamped_, max_clamped_); "
+                    "dtype='float64' keeps the drift at round-off level",
+                    RuntimeWarning, stacklevel=4,
+                )
+            self._log_pi, self._log_theta = predictive_parameters(
+                out.Nk.double().cpu().numpy(), out.Nkl.double().cpu().numpy(),
+                out.Nkm.double().cpu().numpy(), out.alpha0, out.beta,
+                ens.n_labels, self.prior,
+            )
+        gamma = out.gamma.double().cpu().numpy()
+        hard = gamma.argmax(1)
+        kept, first = np.unique(hard, return_index=True)
+        lab = relabel_by_size(hard)
+        order = np.empty(kept.size, dtype=np.int64)  # consensus label -> component
+        order[lab[first]] = kept
+        self._components = order
+        self.labels_ = lab
+        self.n_clusters_ = int(kept.size)
+        m = gamma[:, order]
+        self.membership_ = m / m.sum(1, keepdims=True)
+        self.alpha0_ = float(out.alpha0)
+        self.beta_ = float(out.beta)
+        self.lower_bounds_ = np.asarray(run.objectives)
+        self.lower_bound_ = float(self.lower_bounds_[-1])
+        self.n_iter_ = int(run.n_iter)
+        self.converged_ = bool(run.converged)
+        self._arviz_posterior = {}
+
+    # ------------------------------------------------------------ posterior
+    def co_clustering(self, pairs=None):
+        """Posterior probability that two points share a cluster (Gibbs only).
+
+        ``pairs=None`` gives the dense (N, N) matrix (small N only); an int
+        array (P, 2) gives the P probabilities.
+        """
+        check_is_fitted(self, "labels_")
+        if self.inference != "gibbs":
+            raise ValueError("co_clustering needs inference='gibbs'")
+        Z = self.samples_["z"].reshape(-1, self.samples_["z"].shape[-1])
+        return co_clustering(Z, pairs)
+
+    def _draw_parameters(self, draws):
+        """Posterior-mean ``(log pi (d, T), log theta (d, T, L))`` given the draws
+        ``draws`` (a slice or integer array over chains x draws, chains stacked), from
+        their stored count tables or, when those were too large to keep, from their z."""
+        o = self.samples_
+        T = o["counts"].shape[-1]
+        D = o["log_joint"].size
+        if "label_counts" in o:
+            Nkl = o["label_counts"].reshape(D, T, -1)[draws]
+            Nkm = o["col_counts"].reshape(D, T, -1)[draws]
+        else:
+            z = o["z"].reshape(D, -1)[draws]
+            Nkl, Nkm = (np.stack(a) for a in zip(*(
+                draw_counts(self._idx_train, zd, T, o["n_labels"]) for zd in z)))
+        return predictive_parameters(
+            o["counts"].reshape(D, T)[draws], Nkl, Nkm,
+            np.asarray(o["alpha0"], dtype=np.float64).reshape(D, 1)[draws],
+            np.asarray(o["beta"], dtype=np.float64).reshape(D, 1, 1)[draws],
+            o["n_labels"], o["prior"])
+
+    def _draw_loglik(self, s, idx):
+        """Draw s (chains stacked): log pi_k + log p(x_i | theta_k) for its occupied
+        components, (n, K_occ), their indices, and the row log-likelihood (n,)
+        including the empty components (which share theta_kl = 1/k_j, so they are
+        scored once with their summed weight)."""
+        lp, lt = (a[0] for a in self._draw_parameters(slice(s, s + 1)))
+        Nk = self.samples_["counts"].reshape(-1, lp.size)[s]
+        occ = np.flatnonzero(Nk > 0)
+        empty = np.flatnonzero(Nk == 0)
+        lj = lp[occ][None, :] + _component_loglik(idx, lt[occ])
+        if empty.size:
+            le = logsumexp(lp[empty]) + _component_loglik(idx, lt[empty[:1]])[:, 0]
+            total = np.logaddexp(logsumexp(lj, axis=1), le)
+        else:
+            total = logsumexp(lj, axis=1)
+        return lj, occ, total
+
+    def _row_logliks_gibbs(self, idx, block_elements=2**21):
+        """(S, n) log p(x_i | draw s's posterior-mean parameters), S = chains x draws.
+
+        Vectorised over blocks of draws and rows (at most ``block_elements`` entries of
+        draws x components x rows at a time): every component is scored, the empty ones
+        too (equal to :meth:`_draw_loglik`, which groups them, to rounding).
+        """
+        o = self.samples_
+        D = o["log_joint"].size
+        T = o["counts"].shape[-1]
+        n = idx.shape[0]
+        obs = idx >= 0
+        safe = np.where(obs, idx, 0)
+        rows = max(1, min(n, block_elements // T))
+        draws = max(1, block_elements // (T * rows))
+        out = np.empty((D, n))
+        for d0 in range(0, D, draws):
+            ds = slice(d0, min(D, d0 + draws))
+            lp, lt = self._draw_parameters(ds)
+            for r0 in range(0, n, rows):
+                rs = slice(r0, min(n, r0 + rows))
+                ll = np.repeat(lp[:, :, None], rs.stop - rs.start, axis=2)  # (d, T, r)
+                for j in range(idx.shape[1]):
+                    ll += np.where(obs[rs, j], lt[:, :, safe[rs, j]], 0.0)
+                out[ds, rs] = logsumexp(ll, axis=1)
+        return out
+
+    def _pointwise_log_likelihood(self, ensemble: Ensemble):
+        """Per-row log predictive probability of the observed labels of ``ensemble``'s rows.
+
+        Gibbs: for each row, ``log (1/S) sum_s p(x_i | E[pi, theta | z^(s), x_train])``
+        — the posterior predictive of a single row averaged over the S retained
+        draws (exact given each draw, since pi and theta are conditionally
+        independent Dirichlet/Beta a posteriori).  Rows are scored one at a time
+        (not jointly); training rows are scored with the fitted draws, i.e. they
+        are in-sample.  The standard error is the Monte-Carlo (delta-method)
+        error over draws, treating draws as independent.
+        VB / CVB: ``log sum_k pi_k prod_j theta_{k, x_ij}`` at the variational
+        posterior means (VB: xi/sum xi and rho/sum rho; CVB: the posterior means
+        given the expected counts); standard error 0.
+        """
+        check_is_fitted(self, "labels_")
+        idx = ensemble.offset_index()
+        if self.inference == "gibbs":
+            R = self._row_logliks_gibbs(idx)  # (S, n)
+            S = R.shape[0]
+            row = logsumexp(R, axis=0) - np.log(S)
+            w = np.exp(R - row[None, :])  # p_s / p_bar
+            var = w.var(axis=0) / S if S > 1 else np.zeros_like(row)
+            return row, var
+        ll = logsumexp(self._log_pi[None, :] + _component_loglik(idx, self._log_theta), axis=1)
+        return ll, np.zeros_like(ll)
+
+    def _log_likelihood_draws(self):
+        """Gibbs: training rows' log p(x_i | draw's posterior-mean parameters), (C, S, n)."""
+        if self.inference != "gibbs":
+            return super()._log_likelihood_draws()
+        C, S = self.samples_["log_joint"].shape
+        return self._row_logliks_gibbs(self.ensemble_.offset_index()).reshape(C, S, -1)
+
+    # -------------------------------------------------------------- predict
+    def predict_proba(self, X, unknown="error"):
+        """Soft assignment of new rows to the consensus clusters, (n, n_clusters_).
+
+        ``unknown="missing"`` treats a label that its column never showed during
+        fit as missing; the default ``"error"`` raises a ValueError.
+
+        Gibbs: the responsibilities under each draw's posterior-mean parameters,
+        mapped to the consensus clusters through the draw's matching, averaged
+        over draws and renormalised (mass on clusters a draw does not match is
+        dropped).  A row whose mass is all dropped gets uniform probabilities, with
+        a warning that counts such rows.
+        VB/CVB: responsibilities under the variational posterior means,
+        restricted to the kept clusters.
+        """
+        check_is_fitted(self, "labels_")
+        ens = X if isinstance(X, Ensemble) else self._encode_new(X, unknown=unknown)
+        idx = ens.offset_index()
+        n = idx.shape[0]
+        K = self.n_clusters_
+        if self.inference != "gibbs":
+            lj = self._log_pi[None, :] + _component_loglik(idx, self._log_theta)
+            lj = lj[:, self._components]
+            lj -= lj.max(1, keepdims=True)
+            p = np.exp(lj)
+            return p / p.sum(1, keepdims=True)
+        C, S = self.samples_["log_joint"].shape
+        P = np.zeros((n, K))
+        for s in range(C * S):
+            lj, occ, total = self._draw_loglik(s, idx)
+            r = np.exp(lj - total[:, None])  # responsibilities of the occupied components
+            mp = self._draw_maps[s][occ]
+            ok = np.flatnonzero(mp >= 0)
+            np.add.at(P.T, mp[ok], r[:, ok].T)
+        tot = P.sum(1, keepdims=True)
+        bad = tot[:, 0] <= 0
+        if bad.any():
+            # no draw put these rows in a component matched to a consensus cluster
+            # (predict must not change the estimator, so the count is in the warning)
+            warnings.warn(
+                f"NBCE.predict_proba: {int(bad.sum())} of {n} row(s) fall only in clusters "
+                "that match no consensus cluster in any draw; they get uniform "
+                "probabilities", RuntimeWarning, stacklevel=2,
+            )
+            P[bad] = 1.0 / K
+            tot[bad] = 1.0
+        return P / tot
+
+    def predict(self, X, unknown="error"):
+        """Hard consensus cluster of new rows (argmax of :meth:`predict_proba`)."""
+        return self.predict_proba(X, unknown=unknown).argmax(1).astype(np.int64)

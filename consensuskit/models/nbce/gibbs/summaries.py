@@ -1,0 +1,94 @@
+"""Summaries of NBCE draws: count tables, co-clustering probabilities, Dahl's point
+consensus and relabelling by size."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.utils import check_random_state
+
+__all__ = ["draw_counts", "co_clustering", "point_consensus", "relabel_by_size"]
+
+
+def draw_counts(idx, z, truncation, n_labels):
+    """Label counts ``N_kl`` (T, L) and per-column counts ``N_kj`` (T, M) of one draw."""
+    idx = np.asarray(idx)
+    z = np.asarray(z, dtype=np.int64)
+    T = int(truncation)
+    L = int(np.sum(n_labels))
+    M = idx.shape[1]
+    rows, cols = np.nonzero(idx >= 0)
+    zr = z[rows]
+    Nkl = np.bincount(zr * L + idx[rows, cols], minlength=T * L).reshape(T, L)
+    Nkm = np.bincount(zr * M + cols, minlength=T * M).reshape(T, M)
+    return Nkl, Nkm
+
+
+# ---------------------------------------------------------------------------
+# posterior summaries
+# ---------------------------------------------------------------------------
+def _pairs_for(N, max_pairs, rng):
+    from consensuskit.data.ensemble import sample_pairs
+
+    total = N * (N - 1) // 2
+    if total <= max_pairs:
+        i, j = np.triu_indices(N, k=1)
+        return np.stack([i, j], axis=1)
+    return sample_pairs(N, max_pairs, rng)
+
+
+def co_clustering(z_draws, pairs=None):
+    """Posterior co-clustering probabilities P(z_i = z_j | x).
+
+    Parameters
+    ----------
+    z_draws : int array, shape (S, N)
+        Retained draws (all chains stacked).
+    pairs : None or int array (P, 2)
+        None: the dense (N, N) matrix (N <= 5000 only); otherwise the
+        probabilities of these pairs only, shape (P,), in O(S P) time.
+    """
+    Z = np.asarray(z_draws)
+    S, N = Z.shape
+    if pairs is None:
+        if N > 5_000:
+            raise ValueError(
+                f"dense co-clustering for N={N} needs an {N}x{N} array; pass pairs= "
+                "(e.g. consensuskit.data.ensemble.sample_pairs) for N > 5000"
+            )
+        P = np.zeros((N, N))
+        for s in range(S):
+            P += Z[s][:, None] == Z[s][None, :]
+        return P / S
+    pairs = np.asarray(pairs)
+    return (Z[:, pairs[:, 0]] == Z[:, pairs[:, 1]]).mean(axis=0)
+
+
+def point_consensus(z_draws, max_pairs=200_000, random_state=None):
+    """Label-switching-free point estimate: the retained draw closest to the posterior
+    co-clustering matrix in squared loss (Dahl's least-squares clustering).
+
+    For ``N(N-1)/2 > max_pairs`` the loss is evaluated on ``max_pairs`` sampled pairs.
+
+    Returns
+    -------
+    labels : int64 (N,), relabelled to 0..K-1 by decreasing cluster size
+    best : int, index of the chosen draw in ``z_draws``
+    """
+    Z = np.asarray(z_draws)
+    S, N = Z.shape
+    rng = check_random_state(random_state)
+    pairs = _pairs_for(N, max_pairs, rng)
+    same = Z[:, pairs[:, 0]] == Z[:, pairs[:, 1]]  # (S, P)
+    p = same.mean(axis=0)
+    loss = ((same - p[None, :]) ** 2).sum(axis=1)
+    best = int(np.argmin(loss))
+    return relabel_by_size(Z[best]), best
+
+
+def relabel_by_size(z):
+    """Relabel a partition to 0..K-1 with cluster 0 the largest."""
+    uniq, inv, cnt = np.unique(z, return_inverse=True, return_counts=True)
+    order = np.argsort(-cnt, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return rank[inv].astype(np.int64)
