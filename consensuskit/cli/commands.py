@@ -46,15 +46,11 @@ from consensuskit.io.label_files import (
     read_label_table,
 )
 
-__all__ = ["main", "CONSENSUS_MODELS", "MODEL_CLASSES"]
+__all__ = ["main", "CONSENSUS_MODELS", "MODEL_CLASSES", "model_classes"]
 
-#: ``--model`` choices of ``fit`` -> class name exported by :mod:`consensuskit`.
-MODEL_CLASSES = {
-    "mm": "MM",
-    "bce": "BCE",
-    "gbce": "GBCE",
-    "nbce": "NBCE",
-    "pcc": "PCC",
+#: ``--model`` choices of ``fit`` for the consensus functions -> class name exported by
+#: :mod:`consensuskit`; the model families' choices come from their records.
+CONSENSUS_FUNCTIONS = {
     "kcc": "KCC",
     "cspa": "CSPA",
     "hgpa": "HGPA",
@@ -69,6 +65,19 @@ MODEL_CLASSES = {
     "medoid": "MedoidConsensus",
     "least-squares": "LeastSquaresConsensus",
 }
+
+
+def model_classes() -> dict:
+    """``--model`` choice -> class name exported by :mod:`consensuskit`: every model
+    family's (its record's ``name`` and ``estimator``,
+    :func:`consensuskit.models.family.families`), then the consensus functions'."""
+    from consensuskit.models.family import families
+
+    return {f.name: f.estimator for f in families()} | CONSENSUS_FUNCTIONS
+
+
+#: :func:`model_classes` when this module was imported.
+MODEL_CLASSES = model_classes()
 
 NUMBERING = "Messages count file lines and columns from 1, as an editor shows them."
 
@@ -158,7 +167,7 @@ def _cmd_fit(args, out):
     from consensuskit.data.ensemble import Ensemble
     from consensuskit.evaluation.heldout import heldout_perplexity
 
-    class_name = MODEL_CLASSES[args.model]
+    class_name = model_classes()[args.model]
     try:
         cls = _import_estimator(class_name)
     except ImportError as exc:
@@ -171,7 +180,7 @@ def _cmd_fit(args, out):
                        "--truncation sets its upper bound")
     wants_heldout = args.heldout is not None or args.heldout_fraction is not None
     if wants_heldout and not hasattr(cls, "perplexity"):
-        generative = sorted(m for m, c in MODEL_CLASSES.items()
+        generative = sorted(m for m, c in model_classes().items()
                             if hasattr(_import_estimator(c), "perplexity"))
         raise CLIError(f"a held-out perplexity needs a generative model ({', '.join(generative)}"
                        f"); {args.model} gives a consensus partition only")
@@ -350,7 +359,7 @@ def _build_parser(model=None):
         description="Fit a consensus model to a CSV of base labels and write the consensus. "
                     "Run 'consensuskit fit --model NAME --help' for the model's own options.",
         epilog=NUMBERING)
-    fit.add_argument("--model", required=True, choices=sorted(MODEL_CLASSES))
+    fit.add_argument("--model", required=True, choices=sorted(model_classes()))
     fit.add_argument("labels", help="CSV: one column per base clustering; integer or named "
                                     "labels; empty, NA or -1 = missing")
     fit.add_argument("-o", "--output", default=None, help="output CSV (default: stdout)")
@@ -377,9 +386,9 @@ def _build_parser(model=None):
     held.add_argument("--unknown-labels", choices=("error", "missing"), default="error",
                       help="a held-out label that training never showed: an error (default) "
                            "or counted as missing")
-    if model in MODEL_CLASSES:
+    if model in model_classes():
         try:
-            cls = _import_estimator(MODEL_CLASSES[model])
+            cls = _import_estimator(model_classes()[model])
         except ImportError:
             cls = None  # reported by the fit command
         if cls is not None:
@@ -436,7 +445,7 @@ def main(argv=None) -> int:
     if args.command == "fit":
         try:
             params = inspect.signature(
-                _import_estimator(MODEL_CLASSES[args.model]).__init__).parameters
+                _import_estimator(model_classes()[args.model]).__init__).parameters
         except ImportError:
             params = {}
         if "n_clusters" in params and not hasattr(args, "param__n_clusters"):

@@ -11,7 +11,21 @@ does not import Pyro.
 
 from importlib import import_module as _import_module
 
-__all__ = ["spec", "estimator"]
+from consensuskit.models.family import Family, WarmUp
+
+__all__ = ["FAMILY", "spec", "estimator"]
+
+#: The family's registration record (:mod:`consensuskit.models.family`).
+FAMILY = Family(
+    name="bce", estimator="BCE", module="consensuskit.models.bce.estimator",
+    spec="consensuskit.models.bce.spec", fast_paths="consensuskit.models.bce.fast_paths",
+    # one E-step kernel per dtype serves every K
+    warm_up=WarmUp("BCE E-step kernel",
+                   tuple(dict(n_clusters=3, max_iter=2, n_init=1, dtype=dtype,
+                              n_perplexity_samples=10) for dtype in ("float64", "float32")),
+                   ("consensuskit.models.bce.kernels",)),
+    demo=(("BCE", dict(n_clusters=3)),),
+    tiny_fit={"n_init": 1, "max_iter": 10}, order=20)
 
 
 def __getattr__(name):

@@ -424,6 +424,26 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         """Hard consensus of new rows (argmax of :meth:`predict_proba`), shape (n,)."""
         return self.predict_proba(X, unknown=unknown).argmax(1)
 
+    def to_spec(self):
+        """The fitted state as values of the spec's sites (:mod:`consensuskit.models.bce.spec`).
+
+        Returns
+        -------
+        model_kwargs : dict
+            ``n_labels`` and ``n_clusters``: the keyword arguments of ``spec.model``.
+        draws : dict
+            Global site -> float64 tensor of shape (1, ...): ``alpha`` (1, K) and
+            ``beta_j`` (1, K, k_j), the point estimate as one draw.  (GBCE: its label
+            part; the features are integrated out.)
+        """
+        check_is_fitted(self, "alpha_")
+        kw = dict(n_labels=[int(k) for k in self.ensemble_.n_labels],
+                  n_clusters=len(self.alpha_))
+        draws = {"alpha": torch.as_tensor(np.asarray(self.alpha_, dtype=np.float64))[None]}
+        draws.update({f"beta_{j}": torch.as_tensor(np.asarray(b, dtype=np.float64))[None]
+                      for j, b in enumerate(self.beta_)})
+        return kw, draws
+
     # ------------------------------------------------------------ likelihood
     def _pointwise_log_likelihood(self, ensemble: Ensemble):
         r"""Importance-sampling estimate of ``log p(x)`` and its standard error.

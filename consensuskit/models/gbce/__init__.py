@@ -9,7 +9,15 @@ use, so importing the estimator does not import Pyro.
 
 from importlib import import_module as _import_module
 
-__all__ = ["spec", "estimator"]
+from consensuskit.models.family import Family
+
+__all__ = ["FAMILY", "spec", "estimator"]
+
+#: The family's registration record (:mod:`consensuskit.models.family`).
+FAMILY = Family(
+    name="gbce", estimator="GBCE", module="consensuskit.models.gbce.estimator",
+    spec="consensuskit.models.gbce.spec", fast_paths="consensuskit.models.gbce.fast_paths",
+    tiny_fit={"n_init": 1, "max_iter": 10}, order=30)
 
 
 def __getattr__(name):

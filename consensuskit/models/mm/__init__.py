@@ -9,7 +9,20 @@ so importing the estimator does not import Pyro.
 
 from importlib import import_module as _import_module
 
-__all__ = ["spec", "estimator"]
+from consensuskit.models.family import Family, WarmUp
+
+__all__ = ["FAMILY", "spec", "estimator"]
+
+#: The family's registration record (:mod:`consensuskit.models.family`).
+FAMILY = Family(
+    name="mm", estimator="MM", module="consensuskit.models.mm.estimator",
+    spec="consensuskit.models.mm.spec", fast_paths="consensuskit.models.mm.fast_paths",
+    # the E-pass is compiled once per K (fixed at compile time): K = 2..8 here
+    warm_up=WarmUp("MM fused EM pass",
+                   tuple(dict(n_clusters=k, max_iter=2, n_init=1) for k in range(2, 9)),
+                   ("consensuskit.models.mm.kernels",)),
+    demo=(("MM", dict(n_clusters=3)),),
+    tiny_fit={"n_init": 1, "max_iter": 20}, order=10)
 
 
 def __getattr__(name):

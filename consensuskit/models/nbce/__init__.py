@@ -10,7 +10,23 @@ Pyro.
 
 from importlib import import_module as _import_module
 
-__all__ = ["spec", "estimator"]
+from consensuskit.models.family import Family, WarmUp
+
+__all__ = ["FAMILY", "spec", "estimator"]
+
+#: The family's registration record (:mod:`consensuskit.models.family`).
+FAMILY = Family(
+    name="nbce", estimator="NBCE", module="consensuskit.models.nbce.estimator",
+    spec="consensuskit.models.nbce.spec", fast_paths="consensuskit.models.nbce.fast_paths",
+    # both priors, several chains on threads
+    warm_up=WarmUp("NBCE Gibbs sampler",
+                   tuple(dict(truncation=5, prior=prior, n_samples=2, burn_in=1, n_chains=2)
+                         for prior in ("tsb", "fsd")),
+                   ("consensuskit.models.nbce.gibbs.kernels",
+                    "consensuskit.models.nbce.gibbs.moves")),
+    demo=(("NBCE (Gibbs)", dict(truncation=10, n_samples=100, burn_in=100, n_chains=2)),),
+    tiny_fit={"truncation": 4, "n_samples": 5, "burn_in": 2, "n_chains": 1},
+    k_param="truncation", order=40)
 
 
 def __getattr__(name):

@@ -579,3 +579,48 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
     def predict(self, X, unknown="error"):
         """Hard consensus cluster of new rows (argmax of :meth:`predict_proba`)."""
         return self.predict_proba(X, unknown=unknown).argmax(1).astype(np.int64)
+
+    # ------------------------------------------------------------- the spec
+    def to_spec(self):
+        """The fitted state as values of the spec's sites (:mod:`consensuskit.models.nbce.spec`).
+
+        Gibbs: every retained draw's posterior-mean parameters (chains stacked, D draws),
+        as ``pi`` (D, T) and ``theta_j`` (D, T, k_j) with ``prior="fsd"`` (pi given
+        directly).  VB / CVB: the variational posterior means as one draw, ``theta_j``
+        with ``pi`` (FSD) or the sticks ``v`` (1, T-1) whose stick-breaking is pi (TSB).
+
+        Returns
+        -------
+        model_kwargs : dict
+            ``n_labels``, ``n_clusters`` (the truncation T) and the prior's settings.
+        draws : dict
+            Global site -> float64 tensor with a leading draw axis.
+        """
+        check_is_fitted(self, "labels_")
+        n_labels = [int(k) for k in self.ensemble_.n_labels]
+        off = self.ensemble_.offsets
+        if self.inference == "gibbs":
+            lp, lt = self._draw_parameters(slice(None))  # (D, T), (D, T, L): every draw
+            draws = {"pi": _as_tensor(np.exp(lp))}
+            draws.update({f"theta_{j}": _as_tensor(np.exp(lt[:, :, off[j]:off[j + 1]]))
+                          for j in range(len(off) - 1)})
+            return dict(n_labels=n_labels, n_clusters=lp.shape[1], prior="fsd"), draws
+        T = self._log_theta.shape[0]
+        kw = dict(n_labels=n_labels, n_clusters=T, alpha0=float(self.alpha0),
+                  beta=float(self.beta), prior=self.prior)
+        pi = np.exp(self._log_pi)
+        theta = np.exp(self._log_theta)
+        draws = {f"theta_{j}": _as_tensor(theta[:, off[j]:off[j + 1]])[None]
+                 for j in range(len(off) - 1)}
+        if self.prior == "fsd":
+            draws["pi"] = _as_tensor(pi)[None]
+        else:  # sticks with stick_breaking(v) = pi
+            rest = 1.0 - np.concatenate([[0.0], np.cumsum(pi)[:-1]])
+            draws["v"] = _as_tensor(np.clip(pi[:-1] / rest[:-1], 1e-300, 1.0))[None]
+        return kw, draws
+
+
+def _as_tensor(a):
+    import torch
+
+    return torch.as_tensor(np.asarray(a, dtype=np.float64))

@@ -9,7 +9,21 @@ use, so importing the estimator does not import Pyro.
 
 from importlib import import_module as _import_module
 
-__all__ = ["spec", "estimator"]
+from consensuskit.models.family import Family, WarmUp
+
+__all__ = ["FAMILY", "spec", "estimator"]
+
+#: The family's registration record (:mod:`consensuskit.models.family`).
+FAMILY = Family(
+    name="pcc", estimator="PCC", module="consensuskit.models.pcc.estimator",
+    spec="consensuskit.models.pcc.spec",
+    # both divergences, dense and on sampled pairs
+    warm_up=WarmUp("PCC descent",
+                   tuple(dict(n_clusters=3, divergence=d, sparse_pairs=s, max_iter=3)
+                         for d in ("kl", "l2") for s in (None, 0.5)),
+                   ("consensuskit.models.pcc.descent",)),
+    demo=(("PCC (KL)", dict(n_clusters=3, divergence="kl")),),
+    order=50)
 
 
 def __getattr__(name):
