@@ -1,5 +1,6 @@
 """The package layout: one package per model family, old import paths still working."""
 
+import ast
 import importlib
 import sys
 import warnings
@@ -56,3 +57,132 @@ def test_no_module_over_900_lines():
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 900}
     assert not long, f"modules over 900 lines: {long}"
+
+
+# ------------------------------------------------------------------ imports, by AST
+def _module_name(path):
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+PACKAGES = {_module_name(p) for p in PACKAGE.rglob("__init__.py")}
+
+
+def _package_of(module):
+    """The package a module belongs to (a package belongs to itself)."""
+    return module if module in PACKAGES else module.rpartition(".")[0]
+
+
+def _imports(module):
+    """``(target module, imported name or None, line)`` of every import of the package's
+    own modules in ``module``, at any depth (function-level imports included)."""
+    path = MODULES[module]
+    base = module if module in PACKAGES else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, None, node.lineno) for a in node.names
+                    if a.name.split(".")[0] == PACKAGE.name]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                up = base.split(".")[:len(base.split(".")) - node.level + 1]
+                source = ".".join(up + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if source.split(".")[0] != PACKAGE.name:
+                continue
+            for a in node.names:
+                sub = f"{source}.{a.name}"
+                out.append((sub, None, node.lineno) if sub in MODULES
+                           else (source, a.name, node.lineno))
+    return out
+
+
+def _private_imports_across_packages():
+    found = []
+    for module in MODULES:
+        for target, name, line in _imports(module):
+            private = name if name is not None else target.rpartition(".")[2]
+            if not (private.startswith("_") and not private.startswith("__")):
+                continue
+            source_pkg = _package_of(target) if name is not None else target.rpartition(".")[0]
+            if source_pkg != _package_of(module):
+                found.append(f"{module}:{line} imports {private} from {target}")
+    return found
+
+
+def test_no_private_name_imported_across_packages():
+    """A private name (``_x``) is imported only by modules of its own package."""
+    assert not _private_imports_across_packages()
+
+
+def test_private_import_check_can_fail(tmp_path, monkeypatch):
+    """The scan above sees a private import across packages (negative control)."""
+    probe = PACKAGE / "io" / "label_files.py"
+    fake = tmp_path / "probe.py"
+    fake.write_text("from consensuskit.data.ensemble import _to_numpy\n")
+    monkeypatch.setitem(MODULES, "consensuskit.io.probe", fake)
+    assert probe.exists()
+    assert any("consensuskit.io.probe" in f for f in _private_imports_across_packages())
+
+
+def _import_graph():
+    graph = {m: set() for m in MODULES}
+    for module in MODULES:
+        for target, _, _ in _imports(module):
+            if target in MODULES and target != module:
+                graph[module].add(target)
+    return graph
+
+
+def _cycles(graph):
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_between_modules():
+    """No two modules import each other, directly or through others, counting imports
+    inside functions too (a function-level import that hides a cycle is still one)."""
+    graph = _import_graph()
+    assert sum(map(len, graph.values())) > 100, "the scan found no imports: it is broken"
+    assert not _cycles(graph)
+    graph["consensuskit.data.ensemble"].add("consensuskit.consensus.eac")  # control
+    assert _cycles(graph)
+
+
+def test_inference_imports_no_model_family():
+    """``inference/`` is the family-independent machinery: it imports no family package,
+    no estimator and nothing above it (of ``models`` only the calling convention)."""
+    above = ("consensuskit.models", "consensuskit.cli", "consensuskit.evaluation",
+             "consensuskit.distributed", "consensuskit.consensus", "consensuskit.estimators")
+    bad = [f"{m} imports {t}" for m in MODULES if m.startswith("consensuskit.inference")
+           for t, _, _ in _imports(m)
+           if t.startswith(above) and t != "consensuskit.models.convention"]
+    assert not bad

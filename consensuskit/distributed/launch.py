@@ -36,7 +36,7 @@ from consensuskit.base import (
     check_positive_int,
     resolve_dtype,
 )
-from consensuskit.data.ensemble import Ensemble, _labels_to_int, as_ensemble
+from consensuskit.data.ensemble import Ensemble, as_ensemble, labels_to_int
 from consensuskit.distributed._worker import beta_columns, column_ensemble, run_rank, worker_main
 from consensuskit.distributed.comm import CommError, LocalComm, TorchComm
 from consensuskit.distributed.common import EMConfig, FaultHook, WorkerResult
@@ -360,7 +360,7 @@ def _read_labels(path: str, rank: int) -> np.ndarray:
 
     p = path.format(rank=rank) if "{rank}" in path else path
     df = pd.read_csv(p)
-    return _labels_to_int(df.to_numpy(dtype=np.float64))
+    return labels_to_int(df.to_numpy(dtype=np.float64))
 
 
 def _row_ensemble_global(comm, L: np.ndarray) -> Ensemble:

@@ -23,7 +23,7 @@ FAMILY = Family(
     warm_up=WarmUp("BCE E-step kernel",
                    tuple(dict(n_clusters=3, max_iter=2, n_init=1, dtype=dtype,
                               n_perplexity_samples=10) for dtype in ("float64", "float32")),
-                   ("consensuskit.models.bce.kernels",)),
+                   ("consensuskit.models.bce.kernels", "consensuskit.models.vector_math")),
     demo=(("BCE", dict(n_clusters=3)),),
     tiny_fit={"n_init": 1, "max_iter": 10}, order=20)
 

@@ -89,8 +89,9 @@ def unpack_beta(beta: torch.Tensor, offsets) -> list:
     return [beta[:, int(offsets[j]):int(offsets[j + 1])] for j in range(len(offsets) - 1)]
 
 
-def _extend(beta: torch.Tensor) -> torch.Tensor:
-    """Append the dummy column of ones (index ``L``) used for missing labels."""
+def with_missing_column(beta: torch.Tensor) -> torch.Tensor:
+    """Packed ``beta`` (K, L) with a dummy column of ones appended (index ``L``, shape
+    (K, L + 1)): a missing label gathers that column, so it contributes a factor 1."""
     return torch.cat([beta, beta.new_ones(beta.shape[0], 1)], dim=1)
 
 
@@ -140,7 +141,7 @@ def update_phi(elog_theta, beta, idx, mask=None, *, realmin: float = 0.0, shift:
     phi : Tensor, shape (K, N) or (M, K, N)
     """
     if beta.shape[1] == 0 or idx.max() >= beta.shape[1]:
-        beta = _extend(beta)
+        beta = with_missing_column(beta)
     e = elog_theta - elog_theta.max(0, keepdim=True).values if shift else elog_theta
     w = torch.exp(e)
     if idx.dim() == 1:
@@ -270,7 +271,9 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
     return a.to(out_dtype), {"n_iter": n_iter, "n_halvings": n_halve, "stalled": stalled}
 
 
-def _sum64(x) -> float:
+def sum64(x) -> float:
+    """The sum of every entry of tensor ``x`` accumulated in float64, as a Python float (the
+    bound's terms keep float64 sums whatever the engine's dtype)."""
     return float(x.sum(dtype=torch.float64))
 
 
@@ -301,8 +304,8 @@ def row_terms(gamma, phi_sum) -> RowTerms:
     """:class:`RowTerms` of ``gamma`` (K, N) and ``phi_sum`` (K, N) by torch (any device)."""
     E = elog_dirichlet(gamma)
     suff = E.sum(1, dtype=torch.float64)
-    cross = _sum64((phi_sum - gamma) * E)
-    lg = _sum64(torch.lgamma(gamma)) - _sum64(torch.lgamma(gamma.sum(0)))
+    cross = sum64((phi_sum - gamma) * E)
+    lg = sum64(torch.lgamma(gamma)) - sum64(torch.lgamma(gamma.sum(0)))
     return RowTerms(suff=suff, cross=cross, lgamma=lg, n_rows=int(gamma.shape[1]))
 
 
@@ -346,10 +349,10 @@ def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: f
     const = N * (float(torch.lgamma(a.sum())) - float(torch.lgamma(a).sum()))
     t = float((a * terms.suff.to(a)).sum()) + terms.cross + terms.lgamma
     logb = torch.log(beta)
-    t += _sum64(stats * logb)
+    t += sum64(stats * logb)
     val = const + t - float(phi_log_phi)
     if smoothing:
-        val += smoothing * _sum64(logb)
+        val += smoothing * sum64(logb)
     return val
 
 
@@ -365,7 +368,7 @@ def bound_at(alpha, beta, gamma, data, *, smoothing: float = 0.0) -> float:
 
 def phi_log_phi(phi) -> float:
     """``sum phi ln phi`` with 0 ln 0 = 0 for an explicit phi tensor."""
-    return _sum64(torch.special.xlogy(phi, phi))
+    return sum64(torch.special.xlogy(phi, phi))
 
 
 def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = True,
@@ -448,7 +451,7 @@ def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = 
     V_all = data.n_observed_rows if unit else data.weighted_rows(weights)
     if extra is not None:
         chunk_size = extra.chunk_size(chunk_size, K)
-    beta_ext = _extend(beta)
+    beta_ext = with_missing_column(beta)
     logb_ext = torch.log(beta_ext) if collect else None
     gamma_out = torch.empty_like(gamma)
     phi_sum = torch.empty_like(gamma)
@@ -487,7 +490,7 @@ def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = 
                 g_new = g_new + acc_x
             if keep:
                 V = V_all[rows].to(g.dtype)
-                plogp += _sum64(acc * E) - _sum64(m[0] * V) - _sum64(logd)
+                plogp += sum64(acc * E) - sum64(m[0] * V) - sum64(logd)
             done = last
             if tol > 0 and not last:
                 done = float((g_new - g).abs().sum() / g.sum()) <= tol
@@ -499,7 +502,7 @@ def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = 
         phi_sum[:, rows] = acc if acc_x is None else acc + acc_x
     if collect:
         stats_L = stats[:, :L]
-        plogp += _sum64(stats_L * logb_ext[:, :L])
+        plogp += sum64(stats_L * logb_ext[:, :L])
         if extra is not None:
             plogp += extra.phi_log_phi
         if with_terms:
@@ -532,7 +535,7 @@ def _e_step_numba(alpha, beta, data, gamma, n_iter, collect, n_jobs=None, run_es
     L = data.n_total_labels
     idx, mask = data.row_layout()
     dt = gamma.dtype
-    betaT = np.ascontiguousarray(_extend(beta.detach().to(dt)).T.numpy())
+    betaT = np.ascontiguousarray(with_missing_column(beta.detach().to(dt)).T.numpy())
     if mask is not None and mask.dtype != betaT.dtype:
         mask = mask.astype(betaT.dtype)
     if n_jobs is None:

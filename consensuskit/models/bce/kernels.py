@@ -21,7 +21,8 @@ Why it is fast:
   multiply-adds for ``sum_j phi_ijh = sum_j (w_ih beta_j(h, x_ij)) / d_ij`` (products
   and sums in the order of the per-row kernel it replaced);
 * digamma, log-gamma, ``exp`` and ``log`` written without a data-dependent loop or
-  branch (:func:`_exp_psi`, :func:`_psi_lgamma`, :func:`_exp`, :func:`_log`), so they
+  branch (:func:`_exp_psi`, :func:`_psi_lgamma`, and
+  :mod:`consensuskit.models.vector_math`), so they
   vectorise too (numba's libm calls do not); ``sum_j ln d_ij`` of the entropy term is
   the log of a running product kept in ``[1, 2)`` by splitting off its binary
   exponent, one ``log`` per row instead of ``M``;
@@ -50,6 +51,8 @@ import os
 import numpy as np
 from numba import njit
 
+from consensuskit.models.vector_math import exp_nonpositive, log_positive
+
 #: fewest rows per parallel block; a block holds at least ``8 (L + 1)`` rows so that the
 #: per-block beta statistics stay small.  Fixed by the data, not the thread count.
 BLOCK = 2048
@@ -68,53 +71,7 @@ _OPTS = {"cache": True, "fastmath": _FASTMATH, "error_model": "numpy", "no_cfunc
 # but the kernel's loops then no longer vectorise (2.7 times slower)
 _INLINE = dict(_OPTS, inline="always")
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
-_LN2_HI = 6.93147180369123816490e-01  # ln 2 split for an exact n * ln2 (Cody-Waite)
-_LN2_LO = 1.90821492927058770002e-10
-_INV_LN2 = 1.0 / math.log(2.0)
-_SQRT2 = math.sqrt(2.0)
 _LN2 = math.log(2.0)
-
-
-@njit(**_INLINE)
-def _exp(c):
-    """``exp(c)`` for ``c <= 0`` (0 below -708), branch-free so that it vectorises.
-
-    ``c = n ln2 + r`` with ``|r| <= ln2 / 2``; Taylor polynomial of degree 13 for
-    ``exp(r)`` (truncation < 5e-18); ``2^n`` built from its exponent bits.
-    Relative error a few ulp.
-    """
-    under = c < -708.0
-    c = -708.0 if under else c
-    n = math.floor(c * _INV_LN2 + 0.5)
-    r = (c - n * _LN2_HI) - n * _LN2_LO
-    e = 1.0 + r * (1.0 + r * (1.0 / 2 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (
-        1.0 / 720 + r * (1.0 / 5040 + r * (1.0 / 40320 + r * (1.0 / 362880 + r * (
-            1.0 / 3628800 + r * (1.0 / 39916800 + r * (1.0 / 479001600 + r * (
-                1.0 / 6227020800)))))))))))))
-    scale = np.int64((np.int64(n) + 1023) << 52).view(np.float64)
-    return 0.0 if under else e * scale
-
-
-@njit(**_INLINE)
-def _log(x):
-    """``ln x`` for a positive normal float64, branch-free so that it vectorises.
-
-    ``x = 2^e m`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` from the bits;
-    ``ln m = 2 atanh(s)``, ``s = (m - 1)/(m + 1)``, series to ``s^21`` (truncation < 1e-17).
-    """
-    bits = np.float64(x).view(np.int64)
-    e = (bits >> 52) - 1023
-    m = np.int64((bits & 0xFFFFFFFFFFFFF) | 0x3FF0000000000000).view(np.float64)
-    big = m > _SQRT2
-    m = 0.5 * m if big else m
-    e = e + 1 if big else e
-    s = (m - 1.0) / (m + 1.0)
-    z = s * s
-    lm = 2.0 * s * (1.0 + z * (1.0 / 3 + z * (1.0 / 5 + z * (1.0 / 7 + z * (1.0 / 9 + z * (
-        1.0 / 11 + z * (1.0 / 13 + z * (1.0 / 15 + z * (1.0 / 17 + z * (1.0 / 19 + z * (
-            1.0 / 21)))))))))))
-    fe = np.float64(e)
-    return fe * _LN2_HI + (lm + fe * _LN2_LO)
 
 
 @njit(**_INLINE)
@@ -149,7 +106,7 @@ def _exp_psi(x):
     f = ix * ix
     t = f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f * (1.0 / 132)))))
     c = -0.5 * ix - t - p / q
-    return xs * _exp(c), c, xs
+    return xs * exp_nonpositive(c), c, xs
 
 
 @njit(**_INLINE)
@@ -162,13 +119,13 @@ def _psi_lgamma(x):
     xs, p, q = _shift(x, 10.0)
     ix = 1.0 / xs
     f = ix * ix
-    lx = _log(xs)
+    lx = log_positive(xs)
     t = f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f * (
         1.0 / 132 - f * (691.0 / 32760 - f * (1.0 / 12)))))))
     psi = lx - 0.5 * ix - t - p / q
     s = ix * (1.0 / 12 - f * (1.0 / 360 - f * (1.0 / 1260 - f * (1.0 / 1680 - f * (
         1.0 / 1188 - f * (691.0 / 360360 - f * (1.0 / 156)))))))
-    lg = (xs - 0.5) * lx - xs + _HALF_LOG_2PI + s - _log(q)
+    lg = (xs - 0.5) * lx - xs + _HALF_LOG_2PI + s - log_positive(q)
     return psi, lg
 
 
@@ -227,7 +184,7 @@ def estep(alpha, betaT, idx, mask, has_mask, gamma, gamma_out, phisum, n_iter, c
                         for u in range(T):
                             wv, c, xs = _exp_psi(G[h, u])
                             W[h, u] = wv
-                            E[h, u] = c + _log(xs)
+                            E[h, u] = c + log_positive(xs)
                 else:
                     for h in range(K):
                         for u in range(T):
@@ -276,7 +233,7 @@ def estep(alpha, betaT, idx, mask, has_mask, gamma, gamma_out, phisum, n_iter, c
                     #                     - sum_j ln d_j   (w unshifted, unnormalised)
                     ent = 0.0
                     for u in range(nt):
-                        ent -= _log(PM[u]) + PE[u] * _LN2
+                        ent -= log_positive(PM[u]) + PE[u] * _LN2
                         for h in range(K):
                             ent += A[h, u] * E[h, u]
                     tm[K] += ent

@@ -20,7 +20,7 @@ FAMILY = Family(
     # the E-pass is compiled once per K (fixed at compile time): K = 2..8 here
     warm_up=WarmUp("MM fused EM pass",
                    tuple(dict(n_clusters=k, max_iter=2, n_init=1) for k in range(2, 9)),
-                   ("consensuskit.models.mm.kernels",)),
+                   ("consensuskit.models.mm.kernels", "consensuskit.models.vector_math")),
     demo=(("MM", dict(n_clusters=3)),),
     tiny_fit={"n_init": 1, "max_iter": 20}, order=10)
 
