@@ -161,12 +161,8 @@ def _unseen_to_missing(args, table, train, test):
     return codes, n_unknown
 
 
-def _cmd_fit(args, out):
-    import pandas as pd
-
-    from consensuskit.data.ensemble import Ensemble
-    from consensuskit.evaluation.heldout import heldout_perplexity
-
+def _fit_class(args):
+    """``(class name, class)`` of ``--model``, checked against the other options."""
     class_name = model_classes()[args.model]
     try:
         cls = _import_estimator(class_name)
@@ -184,6 +180,47 @@ def _cmd_fit(args, out):
                             if hasattr(_import_estimator(c), "perplexity"))
         raise CLIError(f"a held-out perplexity needs a generative model ({', '.join(generative)}"
                        f"); {args.model} gives a consensus partition only")
+    return class_name, cls
+
+
+def _consensus_table(table, est, ens, train, test, test_codes, test_features):
+    """The output table: the label file's index column (if any), ``split`` (with a held-out
+    fraction), ``consensus`` and the memberships ``p0 .. p{K-1}`` of every row; held-out
+    rows labelled by fold-in (``predict_proba`` of ``test_codes``, ``test_features``)."""
+    import pandas as pd
+
+    table_out = {}
+    if table.index is not None:
+        table_out[table.index_name] = table.index
+    labels = np.full(table.codes.shape[0], -1, dtype=np.int64)
+    labels[train] = np.asarray(est.labels_, dtype=np.int64)
+    member = getattr(est, "membership_", None)
+    if member is None and hasattr(est, "predict_proba"):
+        member = est.predict_proba(ens)
+    proba = None
+    if test is not None:
+        table_out["split"] = np.where(np.isin(np.arange(labels.size), test), "heldout", "train")
+        if hasattr(est, "predict_proba"):
+            proba = np.asarray(est.predict_proba(test_codes, unknown="missing",
+                                                 **test_features))
+            labels[test] = proba.argmax(1)
+    table_out["consensus"] = labels
+    if member is not None:
+        member = np.asarray(member, dtype=np.float64)
+        full = np.full((labels.size, member.shape[1]), np.nan)
+        full[train] = member
+        if test is not None and proba is not None and proba.shape[1] == member.shape[1]:
+            full[test] = proba
+        for k in range(member.shape[1]):
+            table_out[f"p{k}"] = full[:, k]
+    return pd.DataFrame(table_out)
+
+
+def _cmd_fit(args, out):
+    from consensuskit.data.ensemble import Ensemble
+    from consensuskit.evaluation.heldout import heldout_perplexity
+
+    class_name, cls = _fit_class(args)
     table = read_label_table(args.labels, header=args.header, index_col=args.index_col,
                              allow_singletons=args.allow_singletons)
     train, test = _split(args, table)
@@ -206,34 +243,15 @@ def _cmd_fit(args, out):
     est.fit(ens, **fit_kwargs)
     seconds = time.perf_counter() - t0
 
-    table_out = {}
-    if table.index is not None:
-        table_out[table.index_name] = table.index
-    labels = np.full(table.codes.shape[0], -1, dtype=np.int64)
-    labels[train] = np.asarray(est.labels_, dtype=np.int64)
-    member = getattr(est, "membership_", None)
-    if member is None and hasattr(est, "predict_proba"):
-        member = est.predict_proba(ens)
+    if test is None:
+        test_codes = test_features = None
+    else:
+        test_features = {"features": F[test]} if "features" in fit_kwargs else {}
+    df = _consensus_table(table, est, ens, train, test, test_codes, test_features)
     held = None
     if test is not None:
-        table_out["split"] = np.where(np.isin(np.arange(labels.size), test), "heldout", "train")
         held = heldout_perplexity(est, test_codes, unknown="missing",
                                   random_state=args.random_state)
-        proba = None
-        if hasattr(est, "predict_proba"):
-            extra = {"features": F[test]} if "features" in fit_kwargs else {}
-            proba = np.asarray(est.predict_proba(test_codes, unknown="missing", **extra))
-            labels[test] = proba.argmax(1)
-    table_out["consensus"] = labels
-    if member is not None:
-        member = np.asarray(member, dtype=np.float64)
-        full = np.full((labels.size, member.shape[1]), np.nan)
-        full[train] = member
-        if test is not None and proba is not None and proba.shape[1] == member.shape[1]:
-            full[test] = proba
-        for k in range(member.shape[1]):
-            table_out[f"p{k}"] = full[:, k]
-    df = pd.DataFrame(table_out)
     if args.output in (None, "-"):
         df.to_csv(out, index=False)
     else:

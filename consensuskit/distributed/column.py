@@ -116,7 +116,7 @@ class ColumnCAVI(Engine):
         for t in range(1, cfg.inner_iter + 1):
             last = t == cfg.inner_iter
             comm.broadcast(gamma, COORDINATOR, "column/gamma")
-            _, acc, stats_p, plogp_p, _ = cavi.e_step(
+            _, acc, stats_p, plogp_p, _, _ = cavi.e_step(
                 zero_alpha, beta, self.data, gamma, 1, collect=last, chunk_size=cfg.chunk_size)
             comm.reduce(acc, COORDINATOR, "column/phi_sum")
             if self.coord:

@@ -232,9 +232,9 @@ class RingCAVI(Engine):
         return state.degenerate
 
     def result(self, state: RingState) -> cavi.CAVIState:
-        gamma, _, _, _, _ = cavi.e_step(state.alpha, state.beta, self.data, state.gamma,
-                                        self.cfg.inner_iter, collect=False,
-                                        chunk_size=self.cfg.chunk_size)
+        gamma = cavi.e_step(state.alpha, state.beta, self.data, state.gamma,
+                            self.cfg.inner_iter, collect=False,
+                            chunk_size=self.cfg.chunk_size).gamma
         return cavi.CAVIState(state.alpha, state.beta, gamma, state.bound,
                               n_alpha_rejected=state.n_alpha_rejected)
 

@@ -234,7 +234,10 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
             raise ValueError("resume_from needs inference='cavi'")
         return read_checkpoint(resume_from, self, ens, extra_digest)
 
-    def _init_beta(self, ensemble, K, rs):
+    def initial_beta(self, ensemble, K, rs):
+        """A starting beta (K, sum_j k_j) by this estimator's ``init`` ("kmeans": from a
+        k-means of the rows' one-hot labels; "random"), drawn from ``rs`` (a RandomState);
+        one call per restart, in the order of the restarts."""
         if self.init == "kmeans":
             return cavi.init_beta_kmeans(ensemble, K, rs, n_jobs=self._threads())
         return cavi.init_beta_random(ensemble, K, rs)
@@ -252,7 +255,7 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
 
     def _engine(self, ensemble, data, K, features=None, **kw):
         """The CAVI engine of this estimator's settings (``kw``: distributed hooks)."""
-        return cavi.CAVI(data, K, lambda rng: self._init_beta(ensemble, K, rng),
+        return cavi.CAVI(data, K, lambda rng: self.initial_beta(ensemble, K, rng),
                          inner_iter=self.inner_iter, smoothing=self.smoothing,
                          features=features, n_jobs=self._threads(), **kw)
 
@@ -265,8 +268,11 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
                      progress=bool(self.verbose), desc=type(self).__name__,
                      run_name="restart")
 
-    def _set_fitted(self, ensemble, fit, device=None, dtype=None):
-        """Fitted attributes from the driver's :class:`~consensuskit.inference.driver.Fit`."""
+    def set_fitted_state(self, ensemble, fit, device=None, dtype=None):
+        """Set the fitted attributes from the driver's :class:`~consensuskit.inference.driver.Fit`
+        of the CAVI engine (its best run's ``CAVIState``), with the restart and degeneracy
+        report; returns that state.  ``device``, ``dtype``: where the fit ran, when not in
+        this process's settings (the distributed launcher)."""
         run = fit.best
         state = run.params
         self.stopped_ = bool(fit.stopped)
@@ -357,7 +363,7 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         else:
             from consensuskit.models.bce.svi import fit_svi
 
-            run = fit_svi(ensemble, data, K, beta0=self._init_beta(ensemble, K, rs),
+            run = fit_svi(ensemble, data, K, beta0=self.initial_beta(ensemble, K, rs),
                           n_epochs=self.max_iter, batch_size=self.batch_size,
                           learning_rate=self.learning_rate, smoothing=self.smoothing,
                           random_state=rs, verbose=self.verbose)
@@ -365,7 +371,7 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         self.log_marginals_, self.iw_start_ = [], None
         if self.alpha_estimate == "iw":
             self._refine_iw(ensemble, data, K, fit.best.params, rs)
-        state = self._set_fitted(ensemble, fit)
+        state = self.set_fitted_state(ensemble, fit)
         self.lower_bound_ = cavi.bound_at(state.alpha, state.beta, state.gamma, data,
                                           smoothing=self.smoothing)
         return self
