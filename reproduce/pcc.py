@@ -39,12 +39,18 @@ from reproduce._common import (
     fmt,
     limit_threads,
     markdown_table,
+    paper_tables,
     parse_only,
     progress_bar,
     seeds,
     sizes_for,
 )
-from reproduce._pcc_tables import COLUMNS, TABLES
+
+#: The paper's Tables 4-7 (``reproduce/tables/pcc.json``): table number -> method ->
+#: statistic ("avg", "std", "max", "min"; the deterministic methods "avg" only) -> one
+#: value per column of :data:`COLUMNS`.
+TABLES = {int(name[len("table"):]): rows for name, rows in paper_tables("pcc").items()}
+COLUMNS = ["s-1", "s-2", "r-1", "r-2", "r-3", "r-4", "r-5", "r-6", "r-7"]
 
 PARTS = ("soft", "type1", "type2")  # type1: Tables 4 and 6; type2: Tables 5 and 7
 
