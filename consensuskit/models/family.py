@@ -28,7 +28,8 @@ import importlib
 import pkgutil
 from dataclasses import dataclass, field
 
-__all__ = ["Family", "WarmUp", "register", "families", "get", "fast_paths"]
+__all__ = ["Family", "WarmUp", "register", "unregister", "families", "get", "fast_paths",
+           "spec_reexport"]
 
 
 @dataclass(frozen=True)
@@ -155,3 +156,26 @@ def fast_paths() -> list:
             for fp in importlib.import_module(f.fast_paths).FAST_PATHS:
                 registry.register_engine(fp)
     return registry.fast_paths()
+
+
+def spec_reexport(package: str):
+    """``(__getattr__, __dir__)`` for a family package ``package`` (its ``__name__``) that
+    makes the public names of its ``spec`` module reachable on the package, imported on
+    first use: ``from consensuskit.models import bce; bce.model`` is ``bce.spec.model``, and
+    importing the estimator does not import Pyro."""
+
+    def __getattr__(name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        spec = importlib.import_module(f"{package}.spec")
+        try:
+            return getattr(spec, name)
+        except AttributeError:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+
+    def __dir__():
+        spec = importlib.import_module(f"{package}.spec")
+        return sorted(set(vars(importlib.import_module(package)))
+                      | set(getattr(spec, "__all__", ())))
+
+    return __getattr__, __dir__

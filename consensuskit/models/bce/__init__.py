@@ -9,9 +9,7 @@ bce.model`` keeps working; they are imported on first use, so importing the esti
 does not import Pyro.
 """
 
-from importlib import import_module as _import_module
-
-from consensuskit.models.family import Family, WarmUp
+from consensuskit.models.family import Family, WarmUp, spec_reexport
 
 __all__ = ["FAMILY", "spec", "estimator"]
 
@@ -28,16 +26,4 @@ FAMILY = Family(
     tiny_fit={"n_init": 1, "max_iter": 10}, order=20)
 
 
-def __getattr__(name):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    spec = _import_module(f"{__name__}.spec")
-    try:
-        return getattr(spec, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-
-
-def __dir__():
-    spec = _import_module(f"{__name__}.spec")
-    return sorted(set(globals()) | set(getattr(spec, "__all__", ())))
+__getattr__, __dir__ = spec_reexport(__name__)

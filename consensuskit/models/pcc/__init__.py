@@ -2,14 +2,11 @@
 
 One home for the family: ``spec`` (the Pyro model and its guides: the specification),
 ``descent`` (the projected descent engine), and ``estimator`` (the scikit-learn
-estimator). The spec's public names are reachable here too, so ``from
-consensuskit.models import pcc; pcc.model`` keeps working; they are imported on first
-use, so importing the estimator does not import Pyro.
+estimator). The spec's public names are reachable here too
+(:func:`~consensuskit.models.family.spec_reexport`).
 """
 
-from importlib import import_module as _import_module
-
-from consensuskit.models.family import Family, WarmUp
+from consensuskit.models.family import Family, WarmUp, spec_reexport
 
 __all__ = ["FAMILY", "spec", "estimator"]
 
@@ -26,16 +23,4 @@ FAMILY = Family(
     order=50)
 
 
-def __getattr__(name):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    spec = _import_module(f"{__name__}.spec")
-    try:
-        return getattr(spec, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-
-
-def __dir__():
-    spec = _import_module(f"{__name__}.spec")
-    return sorted(set(globals()) | set(getattr(spec, "__all__", ())))
+__getattr__, __dir__ = spec_reexport(__name__)
