@@ -3,10 +3,10 @@
 One home for the family: ``spec`` (the Pyro model and its guides: the specification),
 ``guides``, ``marginal`` (the exact count-vector row marginal), ``cavi`` (variational
 EM) with its numba ``kernels``, ``alpha`` (importance-sampled marginal likelihood and
-the ``iw`` refit), ``svi``, and ``estimator`` (the scikit-learn estimator). The spec's
-public names are reachable here too, so ``from consensuskit.models import bce;
-bce.model`` keeps working; they are imported on first use, so importing the estimator
-does not import Pyro.
+the ``iw`` refit), ``svi``, and ``estimator`` (the scikit-learn estimator). Its spec's
+public names are reachable here too (``from consensuskit.models import bce;
+bce.model``), and the package declares the family's registration record ``FAMILY``
+(:mod:`consensuskit.models.family`).
 """
 
 from consensuskit.models.family import Family, WarmUp, spec_reexport

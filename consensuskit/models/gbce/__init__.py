@@ -2,8 +2,9 @@
 
 One home for the family: ``spec`` (the Pyro model and its guides: the specification),
 ``cavi`` (variational EM over labels and features), and ``estimator`` (the scikit-learn
-estimator). The spec's public names are reachable here too
-(:func:`~consensuskit.models.family.spec_reexport`).
+estimator). Its spec's public names are reachable here too (``from consensuskit.models
+import gbce; gbce.model``), and the package declares the family's registration record
+``FAMILY`` (:mod:`consensuskit.models.family`).
 """
 
 from consensuskit.models.family import Family, spec_reexport

@@ -2,10 +2,10 @@
 
 One home for the family: ``spec`` (the Pyro model and its guides: the specification),
 ``priors`` (TSB, FSD), ``gibbs`` (collapsed Gibbs with split-merge), ``vb`` and ``cvb``
-(variational), and ``estimator`` (the scikit-learn estimator). The spec's public names
-are reachable here too, so ``from consensuskit.models import nbce; nbce.model`` keeps
-working; they are imported on first use, so importing the estimator does not import
-Pyro.
+(variational), and ``estimator`` (the scikit-learn estimator). Its spec's public names
+are reachable here too (``from consensuskit.models import nbce; nbce.model``), and the
+package declares the family's registration record ``FAMILY``
+(:mod:`consensuskit.models.family`).
 """
 
 from consensuskit.models.family import Family, WarmUp, spec_reexport

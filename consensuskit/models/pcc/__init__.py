@@ -2,8 +2,9 @@
 
 One home for the family: ``spec`` (the Pyro model and its guides: the specification),
 ``descent`` (the projected descent engine), and ``estimator`` (the scikit-learn
-estimator). The spec's public names are reachable here too
-(:func:`~consensuskit.models.family.spec_reexport`).
+estimator). Its spec's public names are reachable here too (``from consensuskit.models
+import pcc; pcc.model``), and the package declares the family's registration record
+``FAMILY`` (:mod:`consensuskit.models.family`).
 """
 
 from consensuskit.models.family import Family, WarmUp, spec_reexport
