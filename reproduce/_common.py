@@ -321,3 +321,16 @@ def cli_args(mode, out, data, seed, only, repeats=None):
     if only:
         args.append(f"--only {only}")
     return args
+
+
+def start_run(name, title, parts_all, sizes_table, repeat_keys, *, mode, out, data, seed,
+              only, repeats):
+    """What every reproduction's ``run`` does first: one thread, the parts ``--only``
+    selects of ``parts_all``, its :class:`Report` (``name``, ``title``, the options that
+    rerun it) and its sizes (``sizes_table[mode]``, the counts named in ``repeat_keys``
+    overridden by ``--repeats``: :func:`sizes_for`).  Returns ``(report, parts, sizes)``."""
+    limit_threads()
+    parts = parse_only(only, parts_all)
+    rep = Report(name, title, mode, seed, out,
+                 argv=cli_args(mode, out, data, seed, only, repeats))
+    return rep, parts, sizes_for(sizes_table, mode, repeats, repeat_keys)

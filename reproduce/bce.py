@@ -36,18 +36,14 @@ import numpy as np
 
 from reproduce import register
 from reproduce._common import (
-    Report,
-    cli_args,
     fmt,
-    limit_threads,
     line_grid,
     markdown_table,
     paper_tables,
-    parse_only,
     progress_bar,
     pyplot,
     seeds,
-    sizes_for,
+    start_run,
 )
 from reproduce._methods import SETTINGS, consensus_labels, score_methods
 
@@ -638,15 +634,12 @@ def _fig7_8(rep, sizes, seed, progress, parts):
 def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
         repeats=None):
     """Run the BCE reproduction; writes ``bce.md``, ``bce.csv`` and figures."""
-    limit_threads()
-    parts = parse_only(only, PARTS)
+    rep, parts, sizes = start_run(
+        "bce", "BCE paper (Wang, Shan & Banerjee 2011): Tables 3-6, Figs. 3-8", PARTS, SIZES,
+        {"subsets": None, "fig3_runs": None, "fig4_runs": None, "fig7_runs": None},
+        mode=mode, out=out, data=data, seed=seed, only=only, repeats=repeats)
     if "table4" in parts and "table3" not in parts:
         parts.insert(0, "table3")
-    rep = Report("bce", "BCE paper (Wang, Shan & Banerjee 2011): Tables 3-6, Figs. 3-8",
-                 mode, seed, out, argv=cli_args(mode, out, data, seed, only, repeats))
-    sizes = sizes_for(SIZES, mode, repeats,
-                      {"subsets": None, "fig3_runs": None, "fig4_runs": None,
-                       "fig7_runs": None})
     sizes["pool"] = sizes["subsets"] * sizes["size"]  # disjoint subsets of the pool
     cache = {}
     if "table3" in parts:

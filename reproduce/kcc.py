@@ -39,17 +39,13 @@ import numpy as np
 
 from reproduce import register
 from reproduce._common import (
-    Report,
     bar_groups,
-    cli_args,
     fmt,
-    limit_threads,
     markdown_table,
     paper_tables,
-    parse_only,
     progress_bar,
     seeds,
-    sizes_for,
+    start_run,
 )
 
 PARTS = ("table4", "table6_8", "table9_10", "table11_12")
@@ -297,11 +293,10 @@ def _table11_12(rep, sizes, seed, progress):
 def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
         repeats=None):
     """Run the KCC reproduction; writes ``kcc.md``, ``kcc.csv`` and a figure."""
-    limit_threads()
-    parts = parse_only(only, PARTS)
-    rep = Report("kcc", "KCC paper (Lin et al. 2023): Tables 4, 6-10, 11-12", mode, seed, out,
-                 argv=cli_args(mode, out, data, seed, only, repeats))
-    sizes = sizes_for(SIZES, mode, repeats, {"runs": None})
+    rep, parts, sizes = start_run(
+        "kcc", "KCC paper (Lin et al. 2023): Tables 4, 6-10, 11-12", PARTS, SIZES,
+        {"runs": None},
+        mode=mode, out=out, data=data, seed=seed, only=only, repeats=repeats)
     cache = {}
     rep.add_section(
         "Not reproduced",

@@ -32,17 +32,13 @@ import numpy as np
 
 from reproduce import register
 from reproduce._common import (
-    Report,
-    cli_args,
     fmt,
-    limit_threads,
     line_grid,
     markdown_table,
     paper_tables,
-    parse_only,
     progress_bar,
     seeds,
-    sizes_for,
+    start_run,
 )
 
 PARTS = ("table5", "table6", "table7", "table8")
@@ -205,11 +201,10 @@ def _table8(rep, sizes, seed, progress):
 def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
         repeats=None):
     """Run the MM reproduction; writes ``mm.md``, ``mm.csv`` and a figure."""
-    limit_threads()
-    parts = parse_only(only, PARTS)
-    rep = Report("mm", "MM paper (Topchy, Jain & Punch 2004): Tables 5-8",
-                 mode, seed, out, argv=cli_args(mode, out, data, seed, only, repeats))
-    sizes = sizes_for(SIZES, mode, repeats, {"runs": None, "t8_runs": None})
+    rep, parts, sizes = start_run(
+        "mm", "MM paper (Topchy, Jain & Punch 2004): Tables 5-8", PARTS, SIZES,
+        {"runs": None, "t8_runs": None},
+        mode=mode, out=out, data=data, seed=seed, only=only, repeats=repeats)
     rep.add_section(
         "Not reproduced",
         "Tables 3 (Galaxy) and 4 (Biochemistry) and the Galaxy/Biochemistry columns of "

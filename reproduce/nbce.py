@@ -31,18 +31,14 @@ import numpy as np
 
 from reproduce import register
 from reproduce._common import (
-    Report,
     bar_groups,
-    cli_args,
     fmt,
-    limit_threads,
     line_grid,
     markdown_table,
     paper_tables,
-    parse_only,
     progress_bar,
     seeds,
-    sizes_for,
+    start_run,
 )
 from reproduce._methods import consensus_labels
 
@@ -406,11 +402,10 @@ def _table7(rep, sizes, seed, progress):
 def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
         repeats=None):
     """Run the NBCE reproduction; writes ``nbce.md``, ``nbce.csv`` and figures."""
-    limit_threads()
-    parts = parse_only(only, PARTS)
-    rep = Report("nbce", "NBCE paper (Wang, Domeniconi & Laskey 2010): Tables 2-7",
-                 mode, seed, out, argv=cli_args(mode, out, data, seed, only, repeats))
-    sizes = sizes_for(SIZES, mode, repeats, {"repeats": None})
+    rep, parts, sizes = start_run(
+        "nbce", "NBCE paper (Wang, Domeniconi & Laskey 2010): Tables 2-7", PARTS, SIZES,
+        {"repeats": None},
+        mode=mode, out=out, data=data, seed=seed, only=only, repeats=repeats)
     cache = {}
     if "table3" in parts:
         _table3(rep, sizes, seed, progress)

@@ -33,17 +33,13 @@ import numpy as np
 
 from reproduce import register
 from reproduce._common import (
-    Report,
     bar_groups,
-    cli_args,
     fmt,
-    limit_threads,
     markdown_table,
     paper_tables,
-    parse_only,
     progress_bar,
     seeds,
-    sizes_for,
+    start_run,
 )
 
 #: The paper's Tables 4-7 (``reproduce/tables/pcc.json``): table number -> method ->
@@ -283,11 +279,10 @@ def _tables(rep, sizes, seed, progress, types):
 def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
         repeats=None):
     """Run the PCC reproduction; writes ``pcc.md``, ``pcc.csv`` and figures."""
-    limit_threads()
-    parts = parse_only(only, PARTS)
-    rep = Report("pcc", "PCC paper (Lourenco et al. 2015): Sect. 7.1, Tables 4-7",
-                 mode, seed, out, argv=cli_args(mode, out, data, seed, only, repeats))
-    sizes = sizes_for(SIZES, mode, repeats, {"runs": None, "soft_datasets": None})
+    rep, parts, sizes = start_run(
+        "pcc", "PCC paper (Lourenco et al. 2015): Sect. 7.1, Tables 4-7", PARTS, SIZES,
+        {"runs": None, "soft_datasets": None},
+        mode=mode, out=out, data=data, seed=seed, only=only, repeats=repeats)
     if "soft" in parts:
         _soft(rep, sizes, seed, progress)
     types = [k for k in sizes["types"] if f"type{k}" in parts]

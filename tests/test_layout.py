@@ -186,3 +186,84 @@ def test_inference_imports_no_model_family():
            for t, _, _ in _imports(m)
            if t.startswith(above) and t != "consensuskit.models.convention"]
     assert not bad
+
+
+# ------------------------------------------------------- one registration per family
+TOY_MODULE = '''
+"""A model family that lives outside the package: MM's engine under another name."""
+from consensuskit.inference.registry import FastPath
+from consensuskit.models.mm import spec
+from consensuskit.models.mm.estimator import MM
+
+
+class Toy(MM):
+    """MM, registered as a family of its own."""
+
+
+FAST_PATHS = [FastPath("toy", "em", spec, lambda **o: Toy(n_clusters=2, random_state=0, **o))]
+'''
+
+
+@pytest.fixture
+def toy_family(tmp_path, monkeypatch):
+    """The toy family's package (one module) on sys.path and its one registration."""
+    from consensuskit.inference import registry
+    from consensuskit.models import family
+
+    (tmp_path / "toy_family.py").write_text(TOY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    record = family.register(family.Family(
+        name="toy", estimator="Toy", module="toy_family", spec="consensuskit.models.mm.spec",
+        fast_paths="toy_family",
+        warm_up=family.WarmUp("Toy EM", (dict(n_clusters=2, max_iter=2, n_init=1),), ()),
+        demo=(("Toy", dict(n_clusters=3)),), tiny_fit={"n_init": 1, "max_iter": 5},
+        order=99))
+    yield record
+    family.unregister("toy")
+    sys.modules.pop("toy_family", None)
+    if "_factories" in sys.modules:  # the factories as they were, without the toy
+        importlib.reload(sys.modules["_factories"])
+
+
+def test_a_registered_family_appears_in_every_derived_list(toy_family, tmp_path, capsys):
+    """One registration (no edit of consensuskit/__init__, the CLI, the warm-up, the demo,
+    the registry or the tests' factories): the family is a lazy top-level name, a
+    ``--model`` choice that fits, a warm-up step, a demo entry, a fast path and a factory."""
+    import _factories
+
+    from consensuskit.cli import commands, demo, warmup
+    from consensuskit.models.family import fast_paths
+
+    toy = ck.Toy
+    assert toy.__module__ == "toy_family" and "Toy" in dir(ck)
+    assert commands.model_classes()["toy"] == "Toy"
+    assert ("Toy EM", ()) in [(name, mods) for name, _, mods in warmup.steps()]
+    dict(((name, step) for name, step, _ in warmup.steps()))["Toy EM"]()  # runs the fits
+    assert "Toy" in [name for name, _ in demo.consensus_models()]
+    assert ("toy", "em") in [(fp.family, fp.engine) for fp in fast_paths()]
+    factories = importlib.reload(_factories)
+    assert "Toy" in factories.ESTIMATORS and factories.K_PARAM["Toy"] == "n_clusters"
+    assert type(factories.make_fast("Toy")) is toy
+
+    labels = tmp_path / "labels.csv"
+    labels.write_text("\n".join(f"{i % 2},{i % 2},{(i // 2) % 2}" for i in range(12)) + "\n")
+    assert commands.main(["fit", "--model", "toy", "--n-clusters", "2", "--quiet",
+                          str(labels)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("consensus") and len(table) == 13
+
+
+def test_the_built_in_families_are_read_from_their_packages():
+    """Every family package under consensuskit/models declares a record; the lists derived
+    from them name exactly those families."""
+    from consensuskit.cli import commands, warmup
+    from consensuskit.models import FAMILIES
+    from consensuskit.models.family import families
+
+    names = [f.name for f in families()]
+    assert names == ["mm", "bce", "gbce", "nbce", "pcc"] and set(FAMILIES) == set(names)
+    assert {f.estimator for f in families()} <= set(ck.__all__)
+    assert [commands.model_classes()[n] for n in names] == [f.estimator for f in families()]
+    assert {m for _, _, mods in warmup.STEPS for m in mods} >= {
+        "consensuskit.models.bce.kernels", "consensuskit.models.mm.kernels"}

@@ -192,8 +192,7 @@ def test_nbce_real_ensemble_cluster_counts():
 
 
 def test_pcc_soft_gaussians_and_tables():
-    from reproduce._pcc_tables import COLUMNS, TABLES
-    from reproduce.pcc import soft_gaussians
+    from reproduce.pcc import COLUMNS, TABLES, soft_gaussians
 
     Z, L = soft_gaussians(30, 50, seed=0)
     assert Z.shape == (120, 4) and L.shape == (120, 50)
