@@ -6,6 +6,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import consensuskit as ck
@@ -267,3 +268,39 @@ def test_the_built_in_families_are_read_from_their_packages():
     assert [commands.model_classes()[n] for n in names] == [f.estimator for f in families()]
     assert {m for _, _, mods in warmup.STEPS for m in mods} >= {
         "consensuskit.models.bce.kernels", "consensuskit.models.mm.kernels"}
+
+
+# ------------------------------------------------------------ the estimator base
+DRIVEN = ["BCE", "GBCE", "NBCE"]
+
+
+@pytest.mark.parametrize("name", DRIVEN)
+def test_driven_families_share_the_base_fit(name):
+    """BCE and NBCE fit through the one base (validation, resume); GBCE adds its features
+    and passes them to the same resume reader."""
+    from consensuskit.inference.estimator import DriverFitMixin
+
+    cls = getattr(ck, name)
+    assert issubclass(cls, DriverFitMixin)
+    if name != "GBCE":
+        assert cls.fit is DriverFitMixin.fit
+    assert cls._read_resume is DriverFitMixin._read_resume
+
+
+@pytest.mark.parametrize("name,param", [(n, p) for n in DRIVEN
+                                        for p in getattr(ck, n)._parameter_checks])
+def test_every_declared_parameter_check_rejects_a_bad_value(name, param):
+    """Each declared constraint is checked by ``fit``: a value of the wrong kind raises an
+    error naming the parameter, before any engine runs."""
+    import _factories
+
+    est = _factories.make_fast(name, **{param: object()})
+    with pytest.raises((TypeError, ValueError), match=param):
+        est.fit(np.array([[0, 1], [1, 0], [0, 0], [1, 1]]))
+
+
+@pytest.mark.parametrize("name,engine", [("BCE", "svi"), ("NBCE", "vb")])
+def test_resume_needs_the_driven_engine(name, engine, tmp_path):
+    est = getattr(ck, name)(inference=engine, **({"prior": "fsd"} if name == "NBCE" else {}))
+    with pytest.raises(ValueError, match="resume_from needs inference="):
+        est.fit(np.array([[0, 1], [1, 0], [0, 0], [1, 1]]), resume_from=tmp_path / "x.ckpt")

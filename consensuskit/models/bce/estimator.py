@@ -14,25 +14,24 @@ from consensuskit.base import (
     ConsensusEstimator,
     GenerativeMixin,
     check_n_clusters,
-    check_positive_float,
-    check_positive_int,
     degenerate_advice,
     resolve_device,
     resolve_dtype,
     torch_generator,
 )
-from consensuskit.data.ensemble import Ensemble, as_ensemble
+from consensuskit.data.ensemble import Ensemble
 from consensuskit.inference.driver import Fit
 from consensuskit.inference.driver import fit as drive
+from consensuskit.inference.estimator import DriverFitMixin, Integer, OneOf, Real
 from consensuskit.inference.pyro_consensus import HubBackedMixin
-from consensuskit.io.checkpoint import check_checkpoint_params, checkpoint_writer, read_checkpoint
+from consensuskit.io.checkpoint import checkpoint_writer
 from consensuskit.models.bce import alpha as bce_alpha
 from consensuskit.models.bce import cavi
 
 __all__ = ["BCE"]
 
 
-class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
+class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     """Bayesian cluster ensemble: a mixed-membership model of base-clustering labels.
 
     Generative process (paper symbols; ``k_j`` labels in base clustering ``j``)::
@@ -188,51 +187,26 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         self.n_jobs = n_jobs
 
     # ------------------------------------------------------------------ fitting
+    _driver_inference = "cavi"
+    _parameter_checks = {
+        "inference": OneOf("cavi", "svi", "nuts"),
+        "init": OneOf("kmeans", "random"),
+        "alpha_estimate": OneOf("iw", "meanfield"),
+        "max_iter": Integer(1),
+        "n_init": Integer(1),
+        "inner_iter": Integer(1),
+        "n_perplexity_samples": Integer(1),
+        "tol": Real(allow_zero=True),
+        "smoothing": Real(),
+        "learning_rate": Real(),
+        "batch_size": Integer(1, optional=True),
+    }
+
     def _validate(self, ensemble):
         K = check_n_clusters(self.n_clusters, ensemble.n_samples)
-        if self.inference not in ("cavi", "svi", "nuts"):
-            raise ValueError(
-                f"inference must be 'cavi', 'svi' or 'nuts'; got {self.inference!r}")
-        if self.init not in ("kmeans", "random"):
-            raise ValueError(f"init must be 'kmeans' or 'random'; got {self.init!r}")
-        if self.alpha_estimate not in ("iw", "meanfield"):
-            raise ValueError(f"alpha_estimate must be 'iw' or 'meanfield'; "
-                             f"got {self.alpha_estimate!r}")
-        check_positive_int(self.max_iter, "max_iter")
-        check_positive_int(self.n_init, "n_init")
-        check_positive_int(self.inner_iter, "inner_iter")
-        check_positive_int(self.n_perplexity_samples, "n_perplexity_samples")
-        check_positive_float(self.tol, "tol", allow_zero=True)
-        check_positive_float(self.smoothing, "smoothing")
-        check_positive_float(self.learning_rate, "learning_rate")
-        if self.batch_size is not None:
-            check_positive_int(self.batch_size, "batch_size")
-        check_checkpoint_params(self)
-        if self.inference != "cavi" and (
-            self.callback is not None or self.checkpoint_path is not None
-        ):
-            raise ValueError("callback and checkpoint_path need inference='cavi'")
+        self._validate_parameters()
+        self._check_driver_options()
         return K, resolve_device(self.device), resolve_dtype(self.dtype)
-
-    def fit(self, X, y=None, resume_from=None):
-        """Fit on base clusterings ``X`` (N, M); ``resume_from``: a checkpoint file.
-
-        ``resume_from`` continues the run saved there by ``checkpoint_path`` (same
-        data and hyper-parameters, else ValueError) and ends exactly where the
-        uninterrupted run ends.
-        """
-        ens = as_ensemble(X)
-        self.ensemble_ = ens
-        self.n_features_in_ = ens.n_partitions
-        self._fit(ens, resume=self._read_resume(resume_from, ens))
-        return self
-
-    def _read_resume(self, resume_from, ens, extra_digest=""):
-        if resume_from is None:
-            return None
-        if self.inference != "cavi":
-            raise ValueError("resume_from needs inference='cavi'")
-        return read_checkpoint(resume_from, self, ens, extra_digest)
 
     def initial_beta(self, ensemble, K, rs):
         """A starting beta (K, sum_j k_j) by this estimator's ``init`` ("kmeans": from a
