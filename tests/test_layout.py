@@ -278,7 +278,7 @@ DRIVEN = ["BCE", "GBCE", "NBCE"]
 def test_driven_families_share_the_base_fit(name):
     """BCE and NBCE fit through the one base (validation, resume); GBCE adds its features
     and passes them to the same resume reader."""
-    from consensuskit.inference.estimator import DriverFitMixin
+    from consensuskit.models.base import DriverFitMixin
 
     cls = getattr(ck, name)
     assert issubclass(cls, DriverFitMixin)

@@ -22,9 +22,9 @@ from consensuskit.base import (
 from consensuskit.data.ensemble import Ensemble
 from consensuskit.inference.driver import Fit
 from consensuskit.inference.driver import fit as drive
-from consensuskit.inference.estimator import DriverFitMixin, Integer, OneOf, Real
 from consensuskit.inference.pyro_consensus import HubBackedMixin
 from consensuskit.io.checkpoint import checkpoint_writer
+from consensuskit.models.base import DriverFitMixin, Integer, OneOf, Real
 from consensuskit.models.bce import alpha as bce_alpha
 from consensuskit.models.bce import cavi
 

@@ -19,8 +19,8 @@ from consensuskit.base import (
     torch_generator,
 )
 from consensuskit.data.ensemble import Ensemble
-from consensuskit.inference.estimator import DriverFitMixin, Integer, OneOf, Real
 from consensuskit.io.checkpoint import checkpoint_writer
+from consensuskit.models.base import DriverFitMixin, Integer, OneOf, Real
 from consensuskit.models.nbce.cvb import CVB
 from consensuskit.models.nbce.gibbs import (
     co_clustering,

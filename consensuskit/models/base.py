@@ -1,4 +1,4 @@
-"""The part of a model family's estimator that every family fitted by the driver shares.
+"""The base of the model families' estimators fitted by the driver: what they share.
 
 A family's estimator (BCE, GBCE, NBCE) declares its hyper-parameters' constraints once
 (:attr:`DriverFitMixin._parameter_checks`, as scikit-learn's estimators declare theirs;
