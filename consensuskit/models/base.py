@@ -14,20 +14,27 @@ then owns what was written once per family:
   family's ``_fit(ensemble, resume=...)``;
 * the validation of the declared constraints (:meth:`_validate_parameters`), of the
   callback and checkpoint options, and that those options are asked of the driven engine
-  only (:meth:`_check_driver_options`).
+  only (:meth:`_check_driver_options`);
+* the driver call: ``n_init`` restarts of the family's engine under
+  :func:`consensuskit.inference.driver.fit` with the callback, checkpoints and progress
+  bar (:meth:`_drive`), and the report of degenerate restarts (:meth:`_report_restarts`).
 
-The family supplies ``_fit`` (its engine under :func:`consensuskit.inference.driver.fit`,
-its fitted-state setter) and ``_pointwise_log_likelihood`` (its per-row scorer,
-:class:`consensuskit.base.GenerativeMixin`).
+The family supplies ``_fit`` (builds its engine, calls :meth:`_drive`, sets the fitted
+attributes with its fitted-state setter, which calls :meth:`_report_restarts`) and
+``_pointwise_log_likelihood`` (its per-row scorer, :class:`consensuskit.base.GenerativeMixin`).
+NBCE's sampler runs its chains under the driver itself (``gibbs_nbce``), so NBCE uses the
+fit, resume and checks only.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
-from consensuskit.base import check_positive_float, check_positive_int
+from consensuskit.base import check_positive_float, check_positive_int, degenerate_advice
 from consensuskit.data.ensemble import as_ensemble
-from consensuskit.io.checkpoint import check_checkpoint_params, read_checkpoint
+from consensuskit.inference.driver import fit as drive
+from consensuskit.io.checkpoint import check_checkpoint_params, checkpoint_writer, read_checkpoint
 
 __all__ = ["DriverFitMixin", "Integer", "Real", "OneOf"]
 
@@ -78,6 +85,8 @@ class DriverFitMixin:
     #: the ``inference`` whose engine runs under the fit driver: the one that takes
     #: ``callback``, ``checkpoint_path`` and ``resume_from``.
     _driver_inference: str = ""
+    #: what the family's degenerate optimum is, for the warning of :meth:`_report_restarts`
+    _degenerate_optimum: str = ""
 
     def fit(self, X, y=None, resume_from=None):
         """Fit on base clusterings ``X`` (N, M); ``resume_from``: a checkpoint file.
@@ -115,3 +124,36 @@ class DriverFitMixin:
         ):
             raise ValueError(
                 f"callback and checkpoint_path need inference={self._driver_inference!r}")
+
+    def _drive(self, engine, ensemble, rs, resume=None, digest=""):
+        """``n_init`` restarts of ``engine`` under the fit driver (callback, checkpoints)."""
+        return drive(engine, max_iter=self.max_iter, n_runs=self.n_init, tol=self.tol, rng=rs,
+                     callback=self.callback,
+                     checkpoint=checkpoint_writer(self, ensemble, digest),
+                     checkpoint_every=self.checkpoint_every, resume=resume,
+                     progress=bool(self.verbose), desc=type(self).__name__,
+                     run_name="restart")
+
+    def _report_restarts(self, fit, K):
+        """``degenerate_``, ``n_degenerate_``, ``n_higher_bound_skipped_``, with warnings.
+
+        The driver keeps the best non-degenerate restart; a degenerate restart with a
+        higher bound passed over for it is counted and reported, not silently dropped.
+        """
+        best = fit.best
+        self.n_degenerate_ = int(fit.n_degenerate)
+        self.degenerate_ = bool(fit.all_degenerate)
+        self.n_higher_bound_skipped_ = sum(
+            r is not best and r.degenerate and r.objective > best.objective for r in fit.runs)
+        name = type(self).__name__
+        if self.degenerate_:
+            warnings.warn(
+                f"every {name} restart ran into the degenerate optimum "
+                f"({self._degenerate_optimum}); "
+                "returning the best bound. " + degenerate_advice(self.init, self.n_init, K),
+                RuntimeWarning, stacklevel=5)
+        elif self.n_higher_bound_skipped_:
+            warnings.warn(
+                f"{name} kept a non-degenerate restart over {self.n_higher_bound_skipped_} "
+                "degenerate restart(s) with a higher bound (the bound favours the degenerate "
+                "optimum; see n_higher_bound_skipped_)", RuntimeWarning, stacklevel=5)

@@ -14,16 +14,13 @@ from consensuskit.base import (
     ConsensusEstimator,
     GenerativeMixin,
     check_n_clusters,
-    degenerate_advice,
     resolve_device,
     resolve_dtype,
     torch_generator,
 )
 from consensuskit.data.ensemble import Ensemble
 from consensuskit.inference.driver import Fit
-from consensuskit.inference.driver import fit as drive
 from consensuskit.inference.pyro_consensus import HubBackedMixin
-from consensuskit.io.checkpoint import checkpoint_writer
 from consensuskit.models.base import DriverFitMixin, Integer, OneOf, Real
 from consensuskit.models.bce import alpha as bce_alpha
 from consensuskit.models.bce import cavi
@@ -188,6 +185,8 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
 
     # ------------------------------------------------------------------ fitting
     _driver_inference = "cavi"
+    _degenerate_optimum = ("sum(alpha) grew past 10 times the most (weighted) labels of a "
+                           "row")
     _parameter_checks = {
         "inference": OneOf("cavi", "svi", "nuts"),
         "init": OneOf("kmeans", "random"),
@@ -233,15 +232,6 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
                          inner_iter=self.inner_iter, smoothing=self.smoothing,
                          features=features, n_jobs=self._threads(), **kw)
 
-    def _drive(self, engine, ensemble, rs, resume=None, digest=""):
-        """``n_init`` restarts of ``engine`` under the fit driver (callback, checkpoints)."""
-        return drive(engine, max_iter=self.max_iter, n_runs=self.n_init, tol=self.tol, rng=rs,
-                     callback=self.callback,
-                     checkpoint=checkpoint_writer(self, ensemble, digest),
-                     checkpoint_every=self.checkpoint_every, resume=resume,
-                     progress=bool(self.verbose), desc=type(self).__name__,
-                     run_name="restart")
-
     def set_fitted_state(self, ensemble, fit, device=None, dtype=None):
         """Set the fitted attributes from the driver's :class:`~consensuskit.inference.driver.Fit`
         of the CAVI engine (its best run's ``CAVIState``), with the restart and degeneracy
@@ -273,30 +263,6 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         self.n_iter_ = int(run.n_iter)
         self.converged_ = bool(run.converged)
         return state
-
-    def _report_restarts(self, fit, K):
-        """``degenerate_``, ``n_degenerate_``, ``n_higher_bound_skipped_``, with warnings.
-
-        The driver keeps the best non-degenerate restart; a degenerate restart with a
-        higher bound passed over for it is counted and reported, not silently dropped.
-        """
-        best = fit.best
-        self.n_degenerate_ = int(fit.n_degenerate)
-        self.degenerate_ = bool(fit.all_degenerate)
-        self.n_higher_bound_skipped_ = sum(
-            r is not best and r.degenerate and r.objective > best.objective for r in fit.runs)
-        name = type(self).__name__
-        if self.degenerate_:
-            warnings.warn(
-                f"every {name} restart ran into the degenerate optimum "
-                "(sum(alpha) grew past 10 times the most (weighted) labels of a row); "
-                "returning the best bound. " + degenerate_advice(self.init, self.n_init, K),
-                RuntimeWarning, stacklevel=5)
-        elif self.n_higher_bound_skipped_:
-            warnings.warn(
-                f"{name} kept a non-degenerate restart over {self.n_higher_bound_skipped_} "
-                "degenerate restart(s) with a higher bound (the bound favours the degenerate "
-                "optimum; see n_higher_bound_skipped_)", RuntimeWarning, stacklevel=5)
 
     def _refine_iw(self, ensemble, data, K, state, rs):
         """``alpha_estimate="iw"``: Monte Carlo EM on the marginal likelihood (bce_alpha).
