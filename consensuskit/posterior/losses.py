@@ -10,7 +10,8 @@ cluster sizes, ``n_kl``: their overlaps, ``N`` items, logarithms base 2):
   for a pair the estimate joins and the draw splits (salso's ``binder(a)``; ``a = 1`` is
   mcclust.ext's Binder distance, the share of disagreeing ordered pairs).
 * ``vi(a)``: ``((2 - a) sum_k n_k log n_k + a sum_l m_l log m_l - 2 sum_kl n_kl log n_kl) / N``
-  (``a = 1``: the variation of information ``H(U|V) + H(V|U)`` in bits, Meila 2007).
+  ``= a H(U|V) + (2 - a) H(V|U)`` for estimate U and draw V, in bits: ``a`` weighs splitting
+  what the draw joins, as in Binder (``a = 1``: the variation of information, Meila 2007).
 * ``nvi``: VI divided by the joint entropy ``H(U, V)`` (salso's NVI), 0 for two one-cluster
   partitions.
 * ``omari``: one minus the adjusted Rand index (Hubert & Arabie 1985); 0 when both partitions
