@@ -176,8 +176,11 @@ def psm_pairs(lab, ii, jj, out):
 
 @njit(**_JIT)
 def _add(i, k, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos, nocc):
-    """Allocate item ``i`` to cluster label ``k``; returns the new number of occupied clusters."""
+    """Allocate item ``i`` to cluster label ``k``; returns the new number of occupied clusters.
+    The draw margins ``dm``/``D`` are tracked only when ``dm`` has rows (NVI, omARI: VI and
+    Binder decisions do not depend on them)."""
     S = lab.shape[1]
+    track = dm.shape[0] > 0
     if size[k] == 0:
         pos[k] = nocc
         occ[nocc] = k
@@ -189,8 +192,9 @@ def _add(i, k, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos, nocc):
         l = lab[i, s]
         T[s] += fd[cm[s, l, k]]
         cm[s, l, k] += 1
-        D[s] += fd[dm[s, l]]
-        dm[s, l] += 1
+        if track:
+            D[s] += fd[dm[s, l]]
+            dm[s, l] += 1
     z[i] = k
     return nocc
 
@@ -199,6 +203,7 @@ def _add(i, k, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos, nocc):
 def _remove(i, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos, nocc):
     """Un-allocate item ``i``; returns the new number of occupied clusters."""
     S = lab.shape[1]
+    track = dm.shape[0] > 0
     k = z[i]
     size[k] -= 1
     st[0] -= fd[size[k]]
@@ -207,8 +212,9 @@ def _remove(i, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos, nocc):
         l = lab[i, s]
         cm[s, l, k] -= 1
         T[s] -= fd[cm[s, l, k]]
-        dm[s, l] -= 1
-        D[s] -= fd[dm[s, l]]
+        if track:
+            dm[s, l] -= 1
+            D[s] -= fd[dm[s, l]]
     z[i] = -1
     if size[k] == 0:
         p = pos[k]
@@ -324,11 +330,72 @@ def _sweeten(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T, D, 
 
 
 @njit(**_JIT)
-def _state_loss(code, a, T, D, st):
+def _sweeten_linear(perm, max_scans, scans, a, maxk, lab, z, size, cm, dm, T, D, st, ftab, fd,
+                    occ, pos, nocc, cand, sc):
+    """Sweetening scans for VI and Binder: the item's move is scored in place (its own counts
+    less one for its current cluster, as in salso), and the tables are updated only when it
+    moves.  Same decisions as :func:`_sweeten`."""
+    N, S = lab.shape
+    changed = True
+    while changed and scans[0] < max_scans:
+        scans[0] += 1
+        changed = False
+        np.random.shuffle(perm)
+        for t in range(N):
+            i = perm[t]
+            k0 = z[i]
+            nc = 0
+            for p in range(nocc):
+                cand[nc] = occ[p]
+                nc += 1
+            if nocc < maxk and size[k0] > 1:
+                cand[nc] = _free_label(size, maxk)
+                nc += 1
+            for c in range(nc):
+                sc[c] = 0.0
+            acc0 = 0.0
+            for s in range(S):
+                l = lab[i, s]
+                for c in range(nc):
+                    sc[c] += fd[cm[s, l, cand[c]]]
+                acc0 += fd[cm[s, l, k0] - 1]
+            best = -1
+            c0 = -1
+            for c in range(nc):
+                if cand[c] == k0:
+                    c0 = c
+                    sc[c] = (2.0 - a) * S * fd[size[k0] - 1] - 2.0 * acc0
+                else:
+                    sc[c] = (2.0 - a) * S * fd[size[cand[c]]] - 2.0 * sc[c]
+                if best < 0 or sc[c] < sc[best]:
+                    best = c
+            if sc[c0] <= sc[best] + 1e-10 * (1.0 + abs(sc[best])):
+                continue
+            changed = True
+            nocc = _remove(i, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos, nocc)
+            nocc = _add(i, cand[best], lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos, nocc)
+    return nocc
+
+
+@njit(**_JIT)
+def _sweeten_any(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T, D, st, ftab,
+                 fd, occ, pos, nocc, cand, sc, tmpE):
+    if code == VI or code == BINDER:
+        return _sweeten_linear(perm, max_scans, scans, a, maxk, lab, z, size, cm, dm, T, D, st,
+                               ftab, fd, occ, pos, nocc, cand, sc)
+    return _sweeten(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T, D, st, ftab,
+                    fd, occ, pos, nocc, cand, sc, tmpE)
+
+
+@njit(**_JIT)
+def _state_loss(code, a, T, D, st, Dfull):
+    """Expected loss of the current (complete) partition; ``Dfull`` (S,) are the draws' own
+    sums, used for VI and Binder whose search does not track the margins."""
     S = T.shape[0]
     acc = 0.0
     for s in range(S):
-        acc += draw_loss(code, a, st[0], D[s], T[s], st[1])
+        d = D[s] if code >= NVI else Dfull[s]
+        acc += draw_loss(code, a, st[0], d, T[s], st[1])
     return acc / S
 
 
@@ -352,7 +419,7 @@ def _rebuild(zsrc, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos):
 
 @njit(**_JIT)
 def salso_run(lab, L, code, a, ftab, fd, maxk, max_scans, max_zealous, prob_sequential,
-              sweeten, seed, z_out, info):
+              sweeten, seed, cm, z_out, info):
     """One SALSO run (Dahl, Johnson & Mueller 2022): initial partition by sequential allocation
     in a random order (probability ``prob_sequential``) or uniformly random labels in
     0..maxk-1; sweetening scans (if ``sweeten``); then up to ``max_zealous`` zealous updates:
@@ -360,13 +427,22 @@ def salso_run(lab, L, code, a, ftab, fd, maxk, max_scans, max_zealous, prob_sequ
     order and the whole partition sweetened again; the change is kept only if the expected loss
     decreased.  Writes the partition to ``z_out`` (N,) and
     ``info = [expected loss, scans, zealous accepts, zealous attempts, sequential?]``.
+    ``cm`` is the caller's (S, Lmax, maxk) count buffer (uint16 or int32).
     Memory O(S Lmax maxk) for the tables; each scan costs O(N S K)."""
     np.random.seed(seed)
     N, S = lab.shape
     z = np.full(N, -1, dtype=np.int32)
     size = np.zeros(maxk, dtype=np.int64)
-    cm = np.zeros((S, L, maxk), dtype=np.int32)
-    dm = np.zeros((S, L), dtype=np.int32)
+    cm[:] = 0  # (S, L, maxk) counts, uint16 when N < 65535 (half the cache footprint)
+    dm = np.zeros((S if code >= NVI else 0, L), dtype=np.int32)
+    Dfull = np.zeros(S)
+    cnt = np.zeros(L, dtype=np.int64)
+    for s in range(S):
+        cnt[:] = 0
+        for i in range(N):
+            cnt[lab[i, s]] += 1
+        for l in range(L):
+            Dfull[s] += ftab[cnt[l]]
     T = np.zeros(S)
     D = np.zeros(S)
     st = np.zeros(2)
@@ -386,9 +462,9 @@ def salso_run(lab, L, code, a, ftab, fd, maxk, max_scans, max_zealous, prob_sequ
         zr = np.random.randint(0, maxk, N).astype(np.int32)
         nocc = _rebuild(zr, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos)
     if sweeten:
-        nocc = _sweeten(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T, D, st,
-                        ftab, fd, occ, pos, nocc, cand, sc, tmpE)
-    loss = _state_loss(code, a, T, D, st)
+        nocc = _sweeten_any(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T, D,
+                            st, ftab, fd, occ, pos, nocc, cand, sc, tmpE)
+    loss = _state_loss(code, a, T, D, st, Dfull)
     accepts = 0
     attempts = 0
     order = occ[:nocc].copy()
@@ -413,20 +489,33 @@ def salso_run(lab, L, code, a, ftab, fd, maxk, max_scans, max_zealous, prob_sequ
         np.random.shuffle(items)
         nocc = _allocation_scan(items, code, a, maxk, lab, z, size, cm, dm, T, D, st, ftab, fd,
                                 occ, pos, nocc, cand, sc, tmpE)
+        k1 = z[items[0]]
+        if size[k1] == m:
+            same = True
+            for t2 in range(m):
+                if z[items[t2]] != k1:
+                    same = False
+                    break
+            if same:  # the cluster came back whole: the partition did not change
+                continue
         if sweeten:
-            nocc = _sweeten(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T, D,
-                            st, ftab, fd, occ, pos, nocc, cand, sc, tmpE)
-        new_loss = _state_loss(code, a, T, D, st)
+            nocc = _sweeten_any(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T,
+                                D, st, ftab, fd, occ, pos, nocc, cand, sc, tmpE)
+        new_loss = _state_loss(code, a, T, D, st, Dfull)
         if new_loss < loss - 1e-12 * (1.0 + abs(loss)):
             loss = new_loss
             accepts += 1
-        else:
-            nocc = _rebuild(saved, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos)
+        else:  # undo: move every item whose label changed back to its saved label
+            for i in range(N):
+                if z[i] != saved[i]:
+                    nocc = _remove(i, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos, nocc)
+                    nocc = _add(i, saved[i], lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos,
+                                nocc)
     # final loss from freshly built tables (no drift from the incremental sums)
     zz = z.copy()
     nocc = _rebuild(zz, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos)
     z_out[:] = z
-    info[0] = _state_loss(code, a, T, D, st)
+    info[0] = _state_loss(code, a, T, D, st, Dfull)
     info[1] = scans[0]
     info[2] = accepts
     info[3] = attempts

@@ -136,9 +136,12 @@ def salso_search(lab, k, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_s
     infos = np.zeros((n_runs, 5))
     lab = np.ascontiguousarray(lab)
 
+    cm_dtype = np.uint16 if N < 65535 else np.int32
+
     def one(r):
+        cm = np.empty((S, L, maxk), dtype=cm_dtype)
         _k.salso_run(lab, L, code, a, ftab, fd, maxk, max_scans, max_zealous, p, bool(sweeten),
-                     int(seeds[r]), zs[r], infos[r])
+                     int(seeds[r]), cm, zs[r], infos[r])
         if progress:
             print(f"salso run {r + 1}/{n_runs}: expected {name} loss {infos[r, 0]:.6g}, "
                   f"{int(infos[r, 1])} scans", flush=True)
