@@ -243,12 +243,15 @@ def _scores(i, code, a, lab, size, cm, dm, T, D, st, fd, cand, nc, out, tmpE):
     for c in range(nc):
         out[c] = 0.0
     if code == VI or code == BINDER:
-        for s in range(S):
-            l = lab[i, s]
-            for c in range(nc):
-                out[c] += fd[cm[s, l, cand[c]]]
         for c in range(nc):
-            out[c] = (2.0 - a) * S * fd[size[cand[c]]] - 2.0 * out[c]
+            k = cand[c]
+            acc = 0.0
+            if size[k] > 0:  # an empty cluster's counts are all zero
+                for s in range(S):
+                    acc += fd[cm[s, lab[i, s], k]]
+            else:
+                acc = S * fd[0]
+            out[c] = (2.0 - a) * S * fd[size[k]] - 2.0 * acc
         return
     n1 = st[1] + 1.0
     for c in range(nc):
@@ -352,19 +355,23 @@ def _sweeten_linear(perm, max_scans, scans, a, maxk, lab, z, size, cm, dm, T, D,
                 cand[nc] = _free_label(size, maxk)
                 nc += 1
             for c in range(nc):
-                sc[c] = 0.0
-            acc0 = 0.0
-            for s in range(S):
-                l = lab[i, s]
-                for c in range(nc):
-                    sc[c] += fd[cm[s, l, cand[c]]]
-                acc0 += fd[cm[s, l, k0] - 1]
+                k = cand[c]
+                acc = 0.0
+                if size[k] == 0:  # the new-cluster candidate: all counts zero
+                    acc = S * fd[0]
+                elif k == k0:
+                    for s in range(S):
+                        acc += fd[cm[s, lab[i, s], k] - 1]
+                else:
+                    for s in range(S):
+                        acc += fd[cm[s, lab[i, s], k]]
+                sc[c] = acc
             best = -1
             c0 = -1
             for c in range(nc):
                 if cand[c] == k0:
                     c0 = c
-                    sc[c] = (2.0 - a) * S * fd[size[k0] - 1] - 2.0 * acc0
+                    sc[c] = (2.0 - a) * S * fd[size[k0] - 1] - 2.0 * sc[c]
                 else:
                     sc[c] = (2.0 - a) * S * fd[size[cand[c]]] - 2.0 * sc[c]
                 if best < 0 or sc[c] < sc[best]:
