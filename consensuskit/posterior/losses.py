@@ -138,9 +138,10 @@ def prepare_draws(draws):
         X = np.vstack([np.unique(r, return_inverse=True)[1].reshape(1, -1) for r in X])
     X = np.ascontiguousarray(X)
     k = np.zeros(S, dtype=np.int64)
-    lab32 = np.empty((N, S), dtype=np.int32)
-    _k.relabel_rows(X, lab32, k)
-    lab = lab32.astype(np.int16) if int(k.max()) < 32767 else lab32
+    # a draw has at most min(N, max label + 1) clusters: int16 whenever that is < 32767
+    small = min(N, int(X.max()) + 1) < 32767
+    lab = np.empty((N, S), dtype=np.int16 if small else np.int32)
+    _k.relabel_rows(X, lab, k)
     return lab, k
 
 
