@@ -235,6 +235,22 @@ def _free_label(size, Kcap):
 
 
 @njit(**_JIT)
+def _draw_sum(i, k, off, lab, cm, fd, binder):
+    """``sum_s fd[n_{k, l_s(i)} - off]``: for Binder (f = c^2, fd[c] = 2c + 1) as an integer
+    sum of the counts, otherwise by table look-ups."""
+    S = lab.shape[1]
+    if binder:
+        acc = 0
+        for s in range(S):
+            acc += cm[s, lab[i, s], k]
+        return 2.0 * (acc - off * S) + S
+    accf = 0.0
+    for s in range(S):
+        accf += fd[cm[s, lab[i, s], k] - off]
+    return accf
+
+
+@njit(**_JIT)
 def _scores(i, code, a, lab, size, cm, dm, T, D, st, fd, cand, nc, out, tmpE):
     """Score (lower is better) of putting the unallocated item ``i`` in each candidate label
     ``cand[:nc]``: for VI/Binder the k-dependent part of the change of S x the expected loss,
@@ -245,10 +261,8 @@ def _scores(i, code, a, lab, size, cm, dm, T, D, st, fd, cand, nc, out, tmpE):
     if code == VI or code == BINDER:
         for c in range(nc):
             k = cand[c]
-            acc = 0.0
             if size[k] > 0:  # an empty cluster's counts are all zero
-                for s in range(S):
-                    acc += fd[cm[s, lab[i, s], k]]
+                acc = _draw_sum(i, k, 0, lab, cm, fd, code == BINDER)
             else:
                 acc = S * fd[0]
             out[c] = (2.0 - a) * S * fd[size[k]] - 2.0 * acc
@@ -334,7 +348,7 @@ def _sweeten(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T, D, 
 
 @njit(**_JIT)
 def _sweeten_linear(perm, max_scans, scans, a, maxk, lab, z, size, cm, dm, T, D, st, ftab, fd,
-                    occ, pos, nocc, cand, sc):
+                    occ, pos, nocc, cand, sc, binder):
     """Sweetening scans for VI and Binder: the item's move is scored in place (its own counts
     less one for its current cluster, as in salso), and the tables are updated only when it
     moves.  Same decisions as :func:`_sweeten`."""
@@ -356,16 +370,10 @@ def _sweeten_linear(perm, max_scans, scans, a, maxk, lab, z, size, cm, dm, T, D,
                 nc += 1
             for c in range(nc):
                 k = cand[c]
-                acc = 0.0
                 if size[k] == 0:  # the new-cluster candidate: all counts zero
-                    acc = S * fd[0]
-                elif k == k0:
-                    for s in range(S):
-                        acc += fd[cm[s, lab[i, s], k] - 1]
+                    sc[c] = S * fd[0]
                 else:
-                    for s in range(S):
-                        acc += fd[cm[s, lab[i, s], k]]
-                sc[c] = acc
+                    sc[c] = _draw_sum(i, k, 1 if k == k0 else 0, lab, cm, fd, binder)
             best = -1
             c0 = -1
             for c in range(nc):
@@ -389,7 +397,7 @@ def _sweeten_any(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T,
                  fd, occ, pos, nocc, cand, sc, tmpE):
     if code == VI or code == BINDER:
         return _sweeten_linear(perm, max_scans, scans, a, maxk, lab, z, size, cm, dm, T, D, st,
-                               ftab, fd, occ, pos, nocc, cand, sc)
+                               ftab, fd, occ, pos, nocc, cand, sc, code == BINDER)
     return _sweeten(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T, D, st, ftab,
                     fd, occ, pos, nocc, cand, sc, tmpE)
 
