@@ -45,9 +45,15 @@ for (lossname in c("VI", "binder")) {
     set.seed(r)
     loss <- if (lossname == "VI") VI() else binder()
     t0 <- proc.time()
-    est <- salso(x, loss = loss, nRuns = 16, maxZealousAttempts = 10,
-                 probSequentialAllocation = 0.5, nCores = 1)
+    warned <- NULL
+    est <- withCallingHandlers(
+      salso(x, loss = loss, nRuns = 16, maxZealousAttempts = 10,
+            probSequentialAllocation = 0.5, nCores = 1),
+      warning = function(w) {
+        warned <<- c(warned, conditionMessage(w)); invokeRestart("muffleWarning")
+      })
     t1 <- proc.time() - t0
+    if (r == 1 && length(warned)) message("salso (", lossname, "): ", unique(warned))
     cat(lossname, r, t1[["user.self"]] + t1[["sys.self"]], as.integer(est), "\n", file = out)
   }
 }
