@@ -6,8 +6,9 @@ of a sequential-allocation start, max clusters = the most clusters of a draw, on
 ONE function written here (numpy contingency tables, independent of both packages) scores all
 four estimates.  CPU seconds: ours by ``time.process_time`` in this process (n_jobs=1), salso's
 by R's own ``proc.time()`` (user + system) around ``salso(..., nCores=1)`` in an Rscript
-process; medians over ``--repeats`` repeats (a different seed each; the losses shown are those
-of the first repeat's estimates).
+process; medians over ``--repeats`` repeats (seed r for both in repeat r, ours and salso
+interleaved so that both see the same machine load; the losses shown are those of the seed-0
+estimates).
 
 Draw sets: salso's ``iris.clusterings`` (exported from R), NBCE posterior draws (``z`` of
 ``NBCE.samples_``) on three bundled datasets with k-means base clusterings, and synthetic draws
@@ -38,26 +39,20 @@ suppressMessages(library(salso, lib.loc = args[1]))
 con <- file(args[2], "rb"); dims <- readBin(con, "integer", 2)
 x <- matrix(readBin(con, "integer", dims[1] * dims[2]), nrow = dims[1], byrow = TRUE)
 close(con)
-reps <- as.integer(args[4])
-out <- file(args[3], "w")
-for (lossname in c("VI", "binder")) {
-  for (r in seq_len(reps)) {
-    set.seed(r)
-    loss <- if (lossname == "VI") VI() else binder()
-    t0 <- proc.time()
-    warned <- NULL
-    est <- withCallingHandlers(
-      salso(x, loss = loss, nRuns = 16, maxZealousAttempts = 10,
-            probSequentialAllocation = 0.5, nCores = 1),
-      warning = function(w) {
-        warned <<- c(warned, conditionMessage(w)); invokeRestart("muffleWarning")
-      })
-    t1 <- proc.time() - t0
-    if (r == 1 && length(warned)) message("salso (", lossname, "): ", unique(warned))
-    cat(lossname, r, t1[["user.self"]] + t1[["sys.self"]], as.integer(est), "\n", file = out)
-  }
-}
-close(out)
+lossname <- args[4]
+set.seed(as.integer(args[5]))
+loss <- if (lossname == "vi") VI() else binder()
+warned <- NULL
+t0 <- proc.time()
+est <- withCallingHandlers(
+  salso(x, loss = loss, nRuns = 16, maxZealousAttempts = 10, probSequentialAllocation = 0.5,
+        nCores = 1),
+  warning = function(w) {
+    warned <<- c(warned, conditionMessage(w)); invokeRestart("muffleWarning")
+  })
+t1 <- proc.time() - t0
+if (args[5] == "0" && length(warned)) message("salso (", lossname, "): ", unique(warned))
+cat(t1[["user.self"]] + t1[["sys.self"]], as.integer(est), "\n", file = args[3])
 """
 
 R_EXPORT_IRIS = r"""
@@ -141,51 +136,45 @@ def nbce_draws(name, n_draws, seed=0):
 # ------------------------------------------------------------------ runners
 
 
-def run_salso(draws, rlib, repeats):
-    with tempfile.TemporaryDirectory() as td:
-        path, out = os.path.join(td, "draws.bin"), os.path.join(td, "out.txt")
-        with open(path, "wb") as f:
-            np.array(draws.shape, dtype=np.int32).tofile(f)
-            np.ascontiguousarray(draws, dtype=np.int32).tofile(f)
-        subprocess.run(["Rscript", "-e", R_SCRIPT, rlib, path, out, str(repeats)], check=True,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
-        res = {}
-        with open(out) as f:
-            for line in f:
-                parts = line.split()
-                res.setdefault(parts[0].lower(), []).append(
-                    (float(parts[2]), np.array(parts[3:], dtype=np.int64)))
-    return {k: (float(np.median([t for t, _ in v])), v[0][1]) for k, v in res.items()}
-
-
-def run_ours(pp, repeats):
-    res = {}
-    for loss in ("vi", "binder"):
-        times, first = [], None
-        for r in range(repeats):
-            t0 = time.process_time()
-            est, _ = pp.point_estimate(loss=loss, n_runs=16, n_jobs=1, random_state=r)
-            times.append(time.process_time() - t0)
-            first = est if first is None else first
-        res[loss] = (float(np.median(times)), first)
-    return res
+def run_salso_once(path, rlib, loss, seed):
+    """One salso(..., nCores=1) call on the draws in ``path``: (CPU s by R's proc.time, est)."""
+    out = path + ".out"
+    subprocess.run(["Rscript", "-e", R_SCRIPT, rlib, path, out, loss, str(seed)], check=True,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    with open(out) as f:
+        parts = f.read().split()
+    return float(parts[0]), np.array(parts[1:], dtype=np.int64)
 
 
 def compare(name, draws, rlib, repeats):
+    """Ours and salso on ``draws``, repeats interleaved (ours, salso, ours, ...) so that both
+    see the same machine load; medians of the CPU seconds, losses of the seed-0 estimates."""
     from consensuskit.posterior import PartitionPosterior
 
     pp = PartitionPosterior(draws)
-    ours = run_ours(pp, repeats)
-    theirs = run_salso(draws, rlib, repeats)
     rows = []
-    for loss in ("vi", "binder"):
-        lo = independent_losses(ours[loss][1], draws)
-        ls = independent_losses(theirs[loss][1], draws)
-        j = 0 if loss == "vi" else 1
-        rows.append(dict(set=name, N=draws.shape[1], S=draws.shape[0], loss=loss,
-                         ours=lo[j], salso=ls[j], k_ours=len(set(ours[loss][1])),
-                         k_salso=len(set(theirs[loss][1])), cpu_ours=ours[loss][0],
-                         cpu_salso=theirs[loss][0]))
+    with tempfile.TemporaryDirectory() as td:
+        path = os.path.join(td, "draws.bin")
+        with open(path, "wb") as f:
+            np.array(draws.shape, dtype=np.int32).tofile(f)
+            np.ascontiguousarray(draws, dtype=np.int32).tofile(f)
+        for loss in ("vi", "binder"):
+            t_ours, t_salso = [], []
+            for r in range(repeats):
+                t0 = time.process_time()
+                est, _ = pp.point_estimate(loss=loss, n_runs=16, n_jobs=1, random_state=r)
+                t_ours.append(time.process_time() - t0)
+                t, est_s = run_salso_once(path, rlib, loss, r)
+                t_salso.append(t)
+                if r == 0:
+                    e_ours, e_salso = est, est_s
+            j = 0 if loss == "vi" else 1
+            rows.append(dict(set=name, N=draws.shape[1], S=draws.shape[0], loss=loss,
+                             ours=independent_losses(e_ours, draws)[j],
+                             salso=independent_losses(e_salso, draws)[j],
+                             k_ours=len(set(e_ours)), k_salso=len(set(e_salso)),
+                             cpu_ours=float(np.median(t_ours)),
+                             cpu_salso=float(np.median(t_salso))))
     return rows
 
 

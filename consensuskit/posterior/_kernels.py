@@ -169,6 +169,21 @@ def psm_pairs(lab, ii, jj, out):
         out[p] = acc / S
 
 
+@njit(**_JIT)
+def draw_sums(lab, L, ftab, out):
+    """``out[s] = sum_l f(m_l)`` over the clusters of draw ``s`` (the draw's own sum D_s)."""
+    N, S = lab.shape
+    cnt = np.zeros((S, L), dtype=np.int64)
+    for i in range(N):
+        for s in range(S):
+            cnt[s, lab[i, s]] += 1
+    for s in range(S):
+        acc = 0.0
+        for l in range(L):
+            acc += ftab[cnt[s, l]]
+        out[s] = acc
+
+
 # ----------------------------------------------------------------------------------------
 # SALSO search state and moves
 # ----------------------------------------------------------------------------------------
@@ -433,7 +448,7 @@ def _rebuild(zsrc, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos):
 
 
 @njit(**_JIT)
-def salso_run(lab, L, code, a, ftab, fd, maxk, max_scans, max_zealous, prob_sequential,
+def salso_run(lab, L, code, a, ftab, fd, Dfull, maxk, max_scans, max_zealous, prob_sequential,
               sweeten, seed, cm, z_out, info):
     """One SALSO run (Dahl, Johnson & Mueller 2022): initial partition by sequential allocation
     in a random order (probability ``prob_sequential``) or uniformly random labels in
@@ -442,7 +457,8 @@ def salso_run(lab, L, code, a, ftab, fd, maxk, max_scans, max_zealous, prob_sequ
     order and the whole partition sweetened again; the change is kept only if the expected loss
     decreased.  Writes the partition to ``z_out`` (N,) and
     ``info = [expected loss, scans, zealous accepts, zealous attempts, sequential?]``.
-    ``cm`` is the caller's (S, Lmax, maxk) count buffer (uint16 or int32).
+    ``cm`` is the caller's (S, Lmax, maxk) count buffer (uint16 or int32); ``Dfull`` (S,) the
+    draws' own sums ``sum_l f(m_l)`` (see :func:`draw_sums`).
     Memory O(S Lmax maxk) for the tables; each scan costs O(N S K)."""
     np.random.seed(seed)
     N, S = lab.shape
@@ -450,14 +466,6 @@ def salso_run(lab, L, code, a, ftab, fd, maxk, max_scans, max_zealous, prob_sequ
     size = np.zeros(maxk, dtype=np.int64)
     cm[:] = 0  # (S, L, maxk) counts, uint16 when N < 65535 (half the cache footprint)
     dm = np.zeros((S if code >= NVI else 0, L), dtype=np.int32)
-    Dfull = np.zeros(S)
-    cnt = np.zeros(L, dtype=np.int64)
-    for s in range(S):
-        cnt[:] = 0
-        for i in range(N):
-            cnt[lab[i, s]] += 1
-        for l in range(L):
-            Dfull[s] += ftab[cnt[l]]
     T = np.zeros(S)
     D = np.zeros(S)
     st = np.zeros(2)
@@ -526,11 +534,22 @@ def salso_run(lab, L, code, a, ftab, fd, maxk, max_scans, max_zealous, prob_sequ
                     nocc = _remove(i, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos, nocc)
                     nocc = _add(i, saved[i], lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos,
                                 nocc)
-    # final loss from freshly built tables (no drift from the incremental sums)
-    zz = z.copy()
-    nocc = _rebuild(zz, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos)
+    # final loss recomputed from the counts (no drift from the incremental sums), O(S L K)
+    e = 0.0
+    for p in range(nocc):
+        e += ftab[size[occ[p]]]
+    acc = 0.0
+    for s in range(S):
+        t = 0.0
+        d = 0.0
+        for l in range(L):
+            for p in range(nocc):
+                t += ftab[cm[s, l, occ[p]]]
+            if code >= NVI:
+                d += ftab[dm[s, l]]
+        acc += draw_loss(code, a, e, d if code >= NVI else Dfull[s], t, float(N))
     z_out[:] = z
-    info[0] = _state_loss(code, a, T, D, st, Dfull)
+    info[0] = acc / S
     info[1] = scans[0]
     info[2] = accepts
     info[3] = attempts

@@ -137,11 +137,13 @@ def salso_search(lab, k, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_s
     lab = np.ascontiguousarray(lab)
 
     cm_dtype = np.uint16 if N < 65535 else np.int32
+    Dfull = np.zeros(S)
+    _k.draw_sums(lab, L, ftab, Dfull)
 
     def one(r):
         cm = np.empty((S, L, maxk), dtype=cm_dtype)
-        _k.salso_run(lab, L, code, a, ftab, fd, maxk, max_scans, max_zealous, p, bool(sweeten),
-                     int(seeds[r]), cm, zs[r], infos[r])
+        _k.salso_run(lab, L, code, a, ftab, fd, Dfull, maxk, max_scans, max_zealous, p,
+                     bool(sweeten), int(seeds[r]), cm, zs[r], infos[r])
         if progress:
             print(f"salso run {r + 1}/{n_runs}: expected {name} loss {infos[r, 0]:.6g}, "
                   f"{int(infos[r, 1])} scans", flush=True)
