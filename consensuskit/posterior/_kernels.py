@@ -3,7 +3,8 @@
 Conventions shared by every kernel here (stated once):
 
 * ``lab`` is the (N, S) array of posterior draws, **item-major** (row ``i`` holds the label of
-  item ``i`` in each of the S draws), each draw relabelled to ``0 .. L_s - 1``; int16 or int32.
+  item ``i`` in each of the S draws), each draw relabelled to ``0 .. L_s - 1``; uint16 or int32
+  (unsigned indices spare numba's negative-index checks in the inner loops).
   Item-major order makes the S labels of one item contiguous, which is what the search reads
   when it moves an item.
 * A partition's loss against a draw depends on the draw only through the contingency table
@@ -250,18 +251,20 @@ def _free_label(size, Kcap):
 
 
 @njit(**_JIT)
-def _draw_sum(i, k, off, lab, cm, fd, binder):
-    """``sum_s fd[n_{k, l_s(i)} - off]``: for Binder (f = c^2, fd[c] = 2c + 1) as an integer
-    sum of the counts, otherwise by table look-ups."""
+def _draw_sum(i, k, off, lab, cm, fd, fdo, binder):
+    """``sum_s fd[n_{k, l_s(i)} - off]`` (off = 1: the item's own cluster, itself left out):
+    for Binder (f = c^2, fd[c] = 2c + 1) as an integer sum of the counts, otherwise by look-ups
+    in ``fd`` or, for off = 1, in ``fdo`` (``fdo[c] = fd[c - 1]``, so no index is negative)."""
     S = lab.shape[1]
     if binder:
         acc = 0
         for s in range(S):
             acc += cm[s, lab[i, s], k]
         return 2.0 * (acc - off * S) + S
+    tab = fdo if off else fd
     accf = 0.0
     for s in range(S):
-        accf += fd[cm[s, lab[i, s], k] - off]
+        accf += tab[cm[s, lab[i, s], k]]
     return accf
 
 
@@ -277,7 +280,7 @@ def _scores(i, code, a, lab, size, cm, dm, T, D, st, fd, cand, nc, out, tmpE):
         for c in range(nc):
             k = cand[c]
             if size[k] > 0:  # an empty cluster's counts are all zero
-                acc = _draw_sum(i, k, 0, lab, cm, fd, code == BINDER)
+                acc = _draw_sum(i, k, 0, lab, cm, fd, fd, code == BINDER)
             else:
                 acc = S * fd[0]
             out[c] = (2.0 - a) * S * fd[size[k]] - 2.0 * acc
@@ -363,7 +366,7 @@ def _sweeten(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T, D, 
 
 @njit(**_JIT)
 def _sweeten_linear(perm, max_scans, scans, a, maxk, lab, z, size, cm, dm, T, D, st, ftab, fd,
-                    occ, pos, nocc, cand, sc, binder):
+                    fdo, occ, pos, nocc, cand, sc, binder):
     """Sweetening scans for VI and Binder: the item's move is scored in place (its own counts
     less one for its current cluster, as in salso), and the tables are updated only when it
     moves.  Same decisions as :func:`_sweeten`."""
@@ -388,7 +391,7 @@ def _sweeten_linear(perm, max_scans, scans, a, maxk, lab, z, size, cm, dm, T, D,
                 if size[k] == 0:  # the new-cluster candidate: all counts zero
                     sc[c] = S * fd[0]
                 else:
-                    sc[c] = _draw_sum(i, k, 1 if k == k0 else 0, lab, cm, fd, binder)
+                    sc[c] = _draw_sum(i, k, 1 if k == k0 else 0, lab, cm, fd, fdo, binder)
             best = -1
             c0 = -1
             for c in range(nc):
@@ -409,10 +412,10 @@ def _sweeten_linear(perm, max_scans, scans, a, maxk, lab, z, size, cm, dm, T, D,
 
 @njit(**_JIT)
 def _sweeten_any(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T, D, st, ftab,
-                 fd, occ, pos, nocc, cand, sc, tmpE):
+                 fd, fdo, occ, pos, nocc, cand, sc, tmpE):
     if code == VI or code == BINDER:
         return _sweeten_linear(perm, max_scans, scans, a, maxk, lab, z, size, cm, dm, T, D, st,
-                               ftab, fd, occ, pos, nocc, cand, sc, code == BINDER)
+                               ftab, fd, fdo, occ, pos, nocc, cand, sc, code == BINDER)
     return _sweeten(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T, D, st, ftab,
                     fd, occ, pos, nocc, cand, sc, tmpE)
 
@@ -448,7 +451,7 @@ def _rebuild(zsrc, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos):
 
 
 @njit(**_JIT)
-def salso_run(lab, L, code, a, ftab, fd, Dfull, maxk, max_scans, max_zealous, prob_sequential,
+def salso_run(lab, L, code, a, ftab, fd, fdo, Dfull, maxk, max_scans, max_zealous, prob_sequential,
               sweeten, seed, cm, z_out, info):
     """One SALSO run (Dahl, Johnson & Mueller 2022): initial partition by sequential allocation
     in a random order (probability ``prob_sequential``) or uniformly random labels in
@@ -457,7 +460,7 @@ def salso_run(lab, L, code, a, ftab, fd, Dfull, maxk, max_scans, max_zealous, pr
     order and the whole partition sweetened again; the change is kept only if the expected loss
     decreased.  Writes the partition to ``z_out`` (N,) and
     ``info = [expected loss, scans, zealous accepts, zealous attempts, sequential?]``.
-    ``cm`` is the caller's (S, Lmax, maxk) count buffer (uint16 or int32); ``Dfull`` (S,) the
+    ``cm`` is the caller's (S, Lmax, maxk) count buffer (uint16 or uint32); ``Dfull`` (S,) the
     draws' own sums ``sum_l f(m_l)`` (see :func:`draw_sums`).
     Memory O(S Lmax maxk) for the tables; each scan costs O(N S K)."""
     np.random.seed(seed)
@@ -486,7 +489,7 @@ def salso_run(lab, L, code, a, ftab, fd, Dfull, maxk, max_scans, max_zealous, pr
         nocc = _rebuild(zr, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos)
     if sweeten:
         nocc = _sweeten_any(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T, D,
-                            st, ftab, fd, occ, pos, nocc, cand, sc, tmpE)
+                            st, ftab, fd, fdo, occ, pos, nocc, cand, sc, tmpE)
     loss = _state_loss(code, a, T, D, st, Dfull)
     accepts = 0
     attempts = 0
@@ -523,7 +526,7 @@ def salso_run(lab, L, code, a, ftab, fd, Dfull, maxk, max_scans, max_zealous, pr
                 continue
         if sweeten:
             nocc = _sweeten_any(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T,
-                                D, st, ftab, fd, occ, pos, nocc, cand, sc, tmpE)
+                                D, st, ftab, fd, fdo, occ, pos, nocc, cand, sc, tmpE)
         new_loss = _state_loss(code, a, T, D, st, Dfull)
         if new_loss < loss - 1e-12 * (1.0 + abs(loss)):
             loss = new_loss

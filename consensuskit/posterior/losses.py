@@ -112,7 +112,7 @@ def loss_to_draws_prepared(z, K, lab, L, loss="vi", a=1.0):
 
 def prepare_draws(draws):
     """Validate ``draws`` (S, N) integer labels (one draw per row) and return the item-major,
-    per-draw relabelled array ``lab`` (N, S) (int16 when every draw has < 32767 clusters, else
+    per-draw relabelled array ``lab`` (N, S) (uint16 when every draw has < 65535 clusters, else
     int32) and the number of clusters of each draw ``k`` (S,)."""
     X = np.asarray(draws)
     if X.ndim != 2:
@@ -138,9 +138,9 @@ def prepare_draws(draws):
         X = np.vstack([np.unique(r, return_inverse=True)[1].reshape(1, -1) for r in X])
     X = np.ascontiguousarray(X)
     k = np.zeros(S, dtype=np.int64)
-    # a draw has at most min(N, max label + 1) clusters: int16 whenever that is < 32767
-    small = min(N, int(X.max()) + 1) < 32767
-    lab = np.empty((N, S), dtype=np.int16 if small else np.int32)
+    # a draw has at most min(N, max label + 1) clusters: uint16 whenever that is < 65535
+    small = min(N, int(X.max()) + 1) < 65535
+    lab = np.empty((N, S), dtype=np.uint16 if small else np.int32)
     _k.relabel_rows(X, lab, k)
     return lab, k
 

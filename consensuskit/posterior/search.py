@@ -85,7 +85,7 @@ def salso_search(lab, k, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_s
 
     Parameters
     ----------
-    lab : (N, S) int16/int32 item-major draws relabelled 0..k_s-1 (see ``prepare_draws``).
+    lab : (N, S) uint16/int32 item-major draws relabelled 0..k_s-1 (see ``prepare_draws``).
     k : (S,) number of clusters of each draw.
     loss, a : ``"vi"``, ``"binder"``, ``"nvi"`` or ``"omari"``, and the cost parameter of VI and
         Binder (b = 2 - a).
@@ -136,13 +136,14 @@ def salso_search(lab, k, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_s
     infos = np.zeros((n_runs, 5))
     lab = np.ascontiguousarray(lab)
 
-    cm_dtype = np.uint16 if N < 65535 else np.int32
+    cm_dtype = np.uint16 if N < 65535 else np.uint32
+    fdo = np.concatenate([[0.0], fd])  # fdo[c] = fd[c - 1]
     Dfull = np.zeros(S)
     _k.draw_sums(lab, L, ftab, Dfull)
 
     def one(r):
         cm = np.empty((S, L, maxk), dtype=cm_dtype)
-        _k.salso_run(lab, L, code, a, ftab, fd, Dfull, maxk, max_scans, max_zealous, p,
+        _k.salso_run(lab, L, code, a, ftab, fd, fdo, Dfull, maxk, max_scans, max_zealous, p,
                      bool(sweeten), int(seeds[r]), cm, zs[r], infos[r])
         if progress:
             print(f"salso run {r + 1}/{n_runs}: expected {name} loss {infos[r, 0]:.6g}, "
