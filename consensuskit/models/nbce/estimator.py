@@ -549,8 +549,9 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         fit as missing; the default ``"error"`` raises a ValueError.
 
         Gibbs: the responsibilities under each draw's posterior-mean parameters,
-        mapped to the consensus clusters through the draw's matching, averaged
-        over draws and renormalised (mass on clusters a draw does not match is
+        mapped to the consensus clusters through the draw's maps (every occupied
+        component to the consensus cluster it overlaps most, as for ``membership_``),
+        averaged over draws and renormalised (the mass of a draw's empty components is
         dropped).  A row whose mass is all dropped gets uniform probabilities, with
         a warning that counts such rows.
         VB/CVB: responsibilities under the variational posterior means,
