@@ -84,6 +84,28 @@ def test_split_merge_keeps_the_posterior(prior):
 
 
 @pytest.mark.parametrize("prior", PRIORS)
+def test_split_merge_with_near_pairs_keeps_the_posterior(prior):
+    """Pairs drawn near each other (a function of the data only) keep it too."""
+    def near(st):
+        st.split_merge_local_share = 1.0
+        st.split_merge(20)
+
+    draws, p, _ = _after_move(prior, near)
+    assert _chi2_pvalue(draws, p) > 1e-4
+
+
+@pytest.mark.parametrize("prior", PRIORS)
+def test_split_merge_with_a_wrong_acceptance_ratio_fails(prior):
+    """Control: the split-merge kernel with its log acceptance ratios off by 1."""
+    def wrong(st):
+        st.split_merge_log_ratio_error = 1.0
+        st.split_merge(20)
+
+    draws, p, _ = _after_move(prior, wrong)
+    assert _chi2_pvalue(draws, p) < 1e-6
+
+
+@pytest.mark.parametrize("prior", PRIORS)
 def test_split_merge_moves_are_accepted(prior):
     """The moves do something: over many proposals both splits and merges are accepted."""
     ens = Ensemble.from_labels(X_SMALL)

@@ -211,6 +211,24 @@ def test_untruncated_moves_keep_the_untruncated_posterior(move):
     assert _pvalue(moves[move]) > 1e-4
 
 
+def _local_split_merge(st):
+    st.split_merge_local_share = 1.0
+    st.split_merge(20)
+
+
+def test_split_merge_with_near_pairs_keeps_the_untruncated_posterior():
+    assert _pvalue(_local_split_merge) > 1e-4
+
+
+def test_split_merge_with_a_wrong_acceptance_ratio_fails():
+    """Control: log acceptance ratios off by 1 (splits favoured) are caught."""
+    def wrong(st):
+        st.split_merge_log_ratio_error = 1.0
+        st.split_merge(20)
+
+    assert _pvalue(wrong) < 1e-6
+
+
 @pytest.mark.parametrize("move", ["sweep", "label_swaps"])
 def test_truncated_kernels_fail_the_untruncated_check(move):
     """Control: the same kernels with the tables' last stick set to 1 (a truncation at
@@ -235,3 +253,55 @@ def test_tables_grow_and_never_fill():
     ref = GibbsState(ens.offset_index(), ens.n_labels, st.z, st.T, st.alpha0, st.beta, "tsb")
     assert np.array_equal(ref.nlk, st.nlk) and np.array_equal(ref.ckm, st.ckm)
     assert np.allclose(ref.num, st.num) and np.allclose(ref.invden, st.invden)
+
+
+def _many_cluster_data(n=240, m=6, seed=0):
+    """Rows from 12 well-separated groups: more clusters than a truncation of 6."""
+    rng = np.random.default_rng(seed)
+    centres = rng.integers(0, 6, size=(12, m))
+    X = centres[rng.integers(0, 12, size=n)]
+    noise = rng.random(X.shape) < 0.05
+    X[noise] = rng.integers(0, 6, size=noise.sum())
+    return X
+
+
+def test_estimator_default_is_untruncated_and_never_fills():
+    import consensuskit as ck
+
+    X = _many_cluster_data()
+    m = ck.NBCE(n_samples=20, burn_in=20, random_state=0).fit(X)
+    assert m.n_chains == 4 and not m.truncated_
+    assert m.truncation_filled_ == 0.0
+    assert m.max_occupied_ < m.truncation_
+    counts = m.samples_["counts"]
+    assert counts.shape[-1] == m.truncation_ and np.all(counts[..., -1] == 0)
+    assert np.all(counts.sum(-1) == X.shape[0])
+    # the padded draws' counts agree with their z
+    z = m.samples_["z"].reshape(-1, X.shape[0])
+    assert np.array_equal(np.stack([np.bincount(r, minlength=counts.shape[-1]) for r in z]),
+                          counts.reshape(-1, counts.shape[-1]))
+    assert m.perplexity(X) >= 1.0
+
+
+@pytest.mark.parametrize("prior", ["tsb", "fsd"])
+def test_fixed_truncation_that_fills_warns_and_says_how_often(prior):
+    import consensuskit as ck
+
+    X = _many_cluster_data()
+    with pytest.warns(RuntimeWarning, match="truncation_filled_"):
+        m = ck.NBCE(truncation=4, prior=prior, n_samples=20, burn_in=20, n_chains=2,
+                    random_state=0).fit(X)
+    assert m.truncated_ and m.truncation_ == 4
+    assert m.truncation_filled_ == np.mean(m.samples_["n_occupied"] == 4) > 0.5
+
+
+def test_fsd_without_truncation_uses_the_default_and_gibbs_refuses_none_for_fsd():
+    import consensuskit as ck
+    from consensuskit.models.nbce.estimator import DEFAULT_TRUNCATION
+    from consensuskit.models.nbce.gibbs import gibbs_nbce
+
+    X = _many_cluster_data(n=60)
+    m = ck.NBCE(prior="fsd", n_samples=5, burn_in=5, n_chains=2, random_state=0).fit(X)
+    assert m.truncation_ == DEFAULT_TRUNCATION and m.truncated_
+    with pytest.raises(ValueError, match="tsb"):
+        gibbs_nbce(IDX, ENS.n_labels, None, prior="fsd", n_samples=2, burn_in=1)

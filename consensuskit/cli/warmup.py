@@ -63,6 +63,7 @@ def _nbce():
     for prior in ("tsb", "fsd"):
         NBCE(truncation=5, prior=prior, n_samples=2, burn_in=1, n_chains=2,
              random_state=0).fit(X)
+    NBCE(n_samples=2, burn_in=1, n_chains=2, random_state=0).fit(X)  # no truncation
 
 
 def _pcc():
@@ -81,7 +82,8 @@ STEPS = [
     ("BCE E-step kernel", _bce, ("consensuskit.models.bce.kernels",)),
     ("MM fused EM pass", _mm, ("consensuskit.models.mm.kernels",)),
     ("NBCE Gibbs sampler", _nbce, ("consensuskit.models.nbce.gibbs.kernels",
-                                    "consensuskit.models.nbce.gibbs.moves")),
+                                    "consensuskit.models.nbce.gibbs.moves",
+                                    "consensuskit.models.nbce.gibbs.split_merge")),
     ("PCC descent", _pcc, ("consensuskit.models.pcc.descent",)),
 ]
 

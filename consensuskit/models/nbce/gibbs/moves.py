@@ -76,11 +76,11 @@ def _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr
     at random (all of them, in order, when ``n_moves`` >= the number of groups), from
     move ``start`` on; ``stats[6]`` counts the moves that changed a group's component.
 
-    Returns a :data:`GroupStop`, all -1 when done.  With ``unbounded`` (untruncated TSB) a group whose
-    draw is a label ``>= T-1`` (the geometric tail of :func:`_block_prior_deltas`) stops
-    the pass: its rows keep their old ``z`` but are out of the counts, and
-    the move, group and label are returned for the caller to enlarge the tables, add the rows
-    there and continue with the next move.
+    Returns a :data:`GroupStop`, all -1 when done.  With ``unbounded`` (untruncated
+    TSB) a group whose draw is a label ``>= T-1`` (the geometric tail of
+    :func:`_block_prior_deltas`) stops the pass: its rows keep their old ``z`` but are
+    out of the counts, and the move, group and label are returned for the caller to
+    enlarge the tables, add the rows there and continue with the next move.
     """
     G = bptr.shape[0] - 1
     if G <= 0:

@@ -19,6 +19,9 @@ from consensuskit.models.nbce.priors import get_prior
 
 __all__ = ["GibbsState", "conditional_probs", "sample_conditional", "gibbs_step"]
 
+#: default share of split-merge proposals whose pair is drawn near each other
+SPLIT_MERGE_LOCAL_SHARE = 0.0
+
 
 # ---------------------------------------------------------------------------
 # state
@@ -72,6 +75,14 @@ class GibbsState:
         np.add.at(self.ckm, (cols, self.z[rows]), 1)
         #: split-merge and slice counters, see :meth:`iterate`
         self.stats = np.zeros(7, dtype=np.int64)
+        #: share of split-merge pairs drawn near each other (see
+        #: :func:`~consensuskit.models.nbce.gibbs.split_merge._draw_pair`), their weights
+        #: by the number of differing columns d: ``exp(-d)``
+        self.split_merge_local_share = SPLIT_MERGE_LOCAL_SHARE
+        self.near_weights = np.exp(-np.arange(M + 1, dtype=np.float64))
+        #: added to split-merge log acceptance ratios (splits +, merges -): 0.0; set only
+        #: by the negative controls of the tests (a sampler that must fail them)
+        self.split_merge_log_ratio_error = 0.0
         #: groups of identical rows, moved together (:func:`_block_moves`)
         self.group_ptr, self.group_rows = identical_row_groups(self.idx)
         self.hyp = np.empty(2)
@@ -181,7 +192,9 @@ class GibbsState:
         while left > 0:
             left -= _split_merge(self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm,
                                  self.invden, self.beta, self.Jbeta, self.alpha0,
-                                 self.prior_code, left, self.stats, self.unbounded)
+                                 self.prior_code, left, self.stats, self.unbounded,
+                                 float(self.split_merge_local_share), self.near_weights,
+                                 getattr(self, "split_merge_log_ratio_error", 0.0))
             if self.unbounded:
                 self.grow()
 
