@@ -298,7 +298,7 @@ def test_default_schedule_does_not_depend_on_n():
     (``experiments/bench_bce.py --only scaling`` measures it)."""
     from consensuskit.models.nbce.gibbs.chains import _default_split_merge
 
-    assert {_default_split_merge(n) for n in (10, 150, 10**4, 10**5, 10**7)} == {20}
+    assert {_default_split_merge(n) for n in (10, 150, 10**4, 10**5, 10**7)} == {100}
     assert _default_split_merge(1) == 0
 
 

@@ -106,10 +106,10 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         Gibbs: retained draws per chain, discarded sweeps, thinning, chains (four
         chains: what split R-hat needs to mean something).
     n_split_merge : int or None, default None
-        Gibbs: split-merge Metropolis-Hastings proposals, and moves of groups of
-        identical rows, per sweep (None: 20 at every N, so a sweep's cost stays
-        linear in N -- a split allocates the points of one cluster, a merge is mostly
-        decided from the cluster counts; 0 turns the group moves off and leaves
+        Gibbs: split-merge Metropolis-Hastings proposals per sweep, then (if positive) one
+        Gibbs move of every group of identical rows (None: 100 at every N, so a sweep's cost
+        stays linear in N -- a split allocates the points of one cluster, a merge is
+        mostly decided from the cluster counts; 0 turns the group moves off and leaves
         single-site Gibbs).
     n_jobs : int, -1 or None, default None
         Gibbs: threads the chains run on; None follows numba's thread setting

@@ -150,8 +150,9 @@ class GibbsState:
     def iterate(self, n_split_merge=0, update_hyper=False,
                 hyper_prior=((1.0, 1.0), (1.0, 1.0))):
         """One iteration of the chain: a systematic Gibbs sweep over the points, then
-        ``n_split_merge`` split-merge moves and as many moves of groups of identical
-        rows, then (TSB) adjacent label swaps, then (if ``update_hyper``) slice updates
+        ``n_split_merge`` split-merge moves and (if that is positive) a Gibbs move of
+        every group of identical rows in turn (cost O(groups x T x M), at most a sweep's),
+        then (TSB) adjacent label swaps, then (if ``update_hyper``) slice updates
         of alpha0 | z and beta | x, z; ``stats`` accumulates their counts (see
         :func:`gibbs_nbce`).
 
@@ -164,7 +165,7 @@ class GibbsState:
         self.sweep(1)
         if n_split_merge > 0:
             self.split_merge(n_split_merge)
-            self.group_moves(n_split_merge)
+            self.group_moves()
         self.label_swaps()
         if update_hyper:
             hp = np.asarray(hyper_prior, dtype=np.float64).reshape(4)
