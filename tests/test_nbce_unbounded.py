@@ -305,3 +305,13 @@ def test_fsd_without_truncation_uses_the_default_and_gibbs_refuses_none_for_fsd(
     assert m.truncation_ == DEFAULT_TRUNCATION and m.truncated_
     with pytest.raises(ValueError, match="tsb"):
         gibbs_nbce(IDX, ENS.n_labels, None, prior="fsd", n_samples=2, burn_in=1)
+
+
+@pytest.mark.parametrize("inference,prior", [("vb", "fsd"), ("cvb", "tsb")])
+def test_variational_single_cluster_is_reported(inference, prior):
+    import consensuskit as ck
+
+    X = np.tile([[0, 1, 2]], (30, 1))  # every row the same: one cluster is right here
+    with pytest.warns(RuntimeWarning, match="one cluster"):
+        m = ck.NBCE(truncation=5, inference=inference, prior=prior, random_state=0).fit(X)
+    assert m.n_clusters_ == 1

@@ -453,6 +453,16 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         gamma = out.gamma.double().cpu().numpy()
         hard = gamma.argmax(1)
         kept, first = np.unique(hard, return_index=True)
+        if kept.size == 1 and ens.n_samples > 1:
+            warnings.warn(
+                f"NBCE {self.inference.upper()}: every row ended in one cluster "
+                f"(alpha0_={float(out.alpha0):.3g}, beta_={float(out.beta):.3g}).  Unless "
+                "the rows really are alike, this is the variational objective's "
+                "single-cluster optimum (one label distribution: the overall label "
+                "frequencies); compare with inference='gibbs', or fix the "
+                "hyper-parameters (update_hyper=False)",
+                RuntimeWarning, stacklevel=4,
+            )
         lab = relabel_by_size(hard)
         order = np.empty(kept.size, dtype=np.int64)  # consensus label -> component
         order[lab[first]] = kept
