@@ -62,8 +62,9 @@ truncated priors over *labelled* components and for the untruncated prior:
 * sequentially-allocated split-merge Metropolis-Hastings (Dahl 2003,
   :mod:`~consensuskit.models.nbce.gibbs.split_merge`): a split puts a new group on an
   empty component chosen uniformly, a merge keeps the second point's component; the
-  acceptance ratio has the prior ratio (:func:`_log_prior_nb`), the two groups' Dirichlet-multinomial
-  likelihoods, the allocation probability and the number of empty components;
+  acceptance ratio has the prior ratio (:func:`_log_prior_nb`), the two groups'
+  Dirichlet-multinomial likelihoods, the allocation probability and the number of
+  labels a split may use;
 * Gibbs moves of groups of identical rows (:func:`_block_moves`): a group that sits
   in one component is moved as a whole, from its exact conditional.
 
