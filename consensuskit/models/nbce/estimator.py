@@ -381,6 +381,7 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
             np.add.at(rs_sum.T, col_of, rho.T)
             self._log_pi = np.log(xi / xi.sum())
             self._log_theta = np.log(rho / rs_sum[:, col_of])
+            self._q_params = ("fsd", xi, rho)  # q(pi) = Dir(xi), q(theta_kj) = Dir(rho_kj)
         else:
             run = CVB(self._idx_train, ens.n_labels, T, prior=self.prior, alpha0=self.alpha0,
                       beta=self.beta, **engine_kw).run(**drive_kw).best
@@ -394,11 +395,14 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
                     "dtype='float64' keeps the drift at round-off level",
                     RuntimeWarning, stacklevel=4,
                 )
+            Nk, Nkl = out.Nk.double().cpu().numpy(), out.Nkl.double().cpu().numpy()
             self._log_pi, self._log_theta = predictive_parameters(
-                out.Nk.double().cpu().numpy(), out.Nkl.double().cpu().numpy(),
-                out.Nkm.double().cpu().numpy(), out.alpha0, out.beta,
+                Nk, Nkl, out.Nkm.double().cpu().numpy(), out.alpha0, out.beta,
                 ens.n_labels, self.prior,
             )
+            # the parameters' posterior given the expected counts (conjugate)
+            self._q_params = (self.prior, (float(out.alpha0), np.clip(Nk, 0.0, None)),
+                              float(out.beta) + np.clip(Nkl, 0.0, None))
         gamma = out.gamma.double().cpu().numpy()
         hard = gamma.argmax(1)
         kept, first = np.unique(hard, return_index=True)
@@ -495,6 +499,77 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
                 out[ds, rs] = logsumexp(ll, axis=1)
         return out
 
+    def _draw_counts(self, draws):
+        """Counts of the draws ``draws`` (slice over chains x draws): ``N_k`` (d, T), ``N_kl``
+        (d, T, L), ``N_kj`` (d, T, M) and ``z`` (d, N)."""
+        o = self.samples_
+        T = o["counts"].shape[-1]
+        D = o["log_joint"].size
+        if "z" not in o:
+            raise ValueError("NBCE's leave-one-out log-likelihood needs the draws of z "
+                             "(gibbs_nbce(store_z=True))")
+        z = o["z"].reshape(D, -1)[draws].astype(np.int64)
+        if "label_counts" in o:
+            Nkl = o["label_counts"].reshape(D, T, -1)[draws]
+            Nkm = o["col_counts"].reshape(D, T, -1)[draws]
+        else:
+            Nkl, Nkm = (np.stack(a) for a in zip(*(
+                draw_counts(self._idx_train, zd, T, o["n_labels"]) for zd in z)))
+        return (o["counts"].reshape(D, T)[draws].astype(np.float64),
+                Nkl.astype(np.float64), Nkm.astype(np.float64), z)
+
+    def _row_logliks_loo(self, block_elements=2**21):
+        """(S, N) ``log p(x_i | z_{-i}, x_{-i}, alpha0, beta)`` of the training rows for every
+        retained draw: the row's own assignment removed from the draw's counts and ``z_i``
+        summed out (the collapsed predictive of row i given the other rows).
+
+        Why this is the pointwise log-likelihood PSIS-LOO needs: with ``u = (z_{-i},
+        alpha0, beta)`` drawn from the full posterior, ``p(u | x) = p(x_i | u, x_{-i})
+        p(u | x_{-i}) / p(x_i | x_{-i})``, so ``E[1 / p(x_i | u, x_{-i}) | x] = 1 / p(x_i |
+        x_{-i})``: the importance ratios ``1 / p(x_i | u, x_{-i})`` turn the posterior
+        into the leave-one-out posterior exactly, and the harmonic mean the importance
+        sampling computes is the brute-force leave-one-out predictive.  (The in-sample
+        :meth:`_row_logliks_gibbs` keeps row i in the counts: its importance ratios do not
+        remove ``x_i`` and the resulting LOO is optimistic.)  Exact given each draw: pi and
+        theta are conjugate (Dirichlet / stick-breaking) given the other rows' counts.
+        """
+        idx = self._idx_train
+        n, M = idx.shape
+        o = self.samples_
+        D = o["log_joint"].size
+        T = o["counts"].shape[-1]
+        prior = get_prior(o["prior"])
+        n_labels = np.asarray(o["n_labels"])
+        obs = idx >= 0
+        safe = np.where(obs, idx, 0)
+        col_of_obs = np.broadcast_to(np.arange(M), idx.shape)
+        rows = max(1, min(n, block_elements // (T * max(M, 1))))
+        out = np.empty((D, n))
+        for d0 in range(D):
+            ds = slice(d0, d0 + 1)
+            Nk, Nkl, Nkm, z = self._draw_counts(ds)
+            Nk, Nkl, Nkm, z = Nk[0], Nkl[0], Nkm[0], z[0]
+            a0 = float(np.asarray(o["alpha0"]).reshape(D)[d0])
+            b = float(np.asarray(o["beta"]).reshape(D)[d0])
+            log_num = np.log(b + Nkl)  # (T, L)
+            log_den = np.log(n_labels[None, :] * b + Nkm)  # (T, M)
+            for r0 in range(0, n, rows):
+                rs = slice(r0, min(n, r0 + rows))
+                zi = z[rs]  # (r,)
+                ob, sf, cj = obs[rs], safe[rs], col_of_obs[rs]
+                # every component with the full counts: (T, r)
+                full = np.where(ob[None], log_num[:, sf] - log_den[:, cj], 0.0).sum(-1)
+                # the row's own component with its labels removed from the counts: (r,)
+                own = np.where(ob, np.log(b + Nkl[zi[:, None], sf] - 1.0)
+                               - np.log(n_labels[None, :] * b + Nkm[zi[:, None], cj] - 1.0),
+                               0.0).sum(-1)
+                full[zi, np.arange(zi.size)] = own
+                nk = np.repeat(Nk[None], zi.size, 0)
+                nk[np.arange(zi.size), zi] -= 1.0
+                lw = prior.conditional_log_weights(nk, a0)  # (r, T)
+                out[d0, rs] = logsumexp(lw.T + full, axis=0)
+        return out
+
     def _pointwise_log_likelihood(self, ensemble: Ensemble):
         """Per-row log predictive probability of the observed labels of ``ensemble``'s rows.
 
@@ -521,12 +596,61 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         ll = logsumexp(self._log_pi[None, :] + _component_loglik(idx, self._log_theta), axis=1)
         return ll, np.zeros_like(ll)
 
+    def _variational_parameter_draws(self, n_draws, rng):
+        """``n_draws`` draws of ``(log pi (D, T), log theta (D, T, L))`` from the fitted
+        approximate posterior: VB's ``q(pi) q(theta)``; CVB's conjugate posterior given its
+        expected counts (``pi`` Dirichlet (FSD) or stick-breaking Betas (TSB), ``theta_kj ~
+        Dir(beta + E N_kj.)``)."""
+        prior, pi_par, rho = self._q_params
+        T, L = rho.shape
+        n_labels = np.asarray(self.ensemble_.n_labels)
+        off = np.concatenate([[0], np.cumsum(n_labels)])
+        if prior == "fsd" and not isinstance(pi_par, tuple):
+            pi = rng.dirichlet(pi_par, size=n_draws)
+        elif prior == "fsd":
+            a0, Nk = pi_par
+            pi = rng.dirichlet(a0 / T + Nk, size=n_draws)
+        else:  # truncated stick-breaking: v_k ~ Beta(1 + N_k, alpha0 + N_{>k}), v_T = 1
+            a0, Nk = pi_par
+            gt = np.cumsum(Nk[::-1])[::-1] - Nk
+            v = rng.beta(1.0 + Nk[:-1], a0 + gt[:-1], size=(n_draws, T - 1))
+            v = np.concatenate([v, np.ones((n_draws, 1))], 1)
+            rest = np.concatenate([np.ones((n_draws, 1)), np.cumprod(1.0 - v[:, :-1], 1)], 1)
+            pi = v * rest
+        theta = np.empty((n_draws, T, L))
+        for j in range(n_labels.size):
+            g = rng.standard_gamma(rho[None, :, off[j]:off[j + 1]],
+                                   size=(n_draws, T, n_labels[j]))
+            theta[:, :, off[j]:off[j + 1]] = g / g.sum(-1, keepdims=True)
+        with np.errstate(divide="ignore"):
+            return np.log(pi), np.log(theta)
+
     def _log_likelihood_draws(self):
-        """Gibbs: training rows' log p(x_i | draw's posterior-mean parameters), (C, S, n)."""
-        if self.inference != "gibbs":
-            return super()._log_likelihood_draws()
-        C, S = self.samples_["log_joint"].shape
-        return self._row_logliks_gibbs(self.ensemble_.offset_index()).reshape(C, S, -1)
+        """The training rows' pointwise log-likelihood for PSIS-LOO, (chains, draws, N).
+
+        Gibbs: :meth:`_row_logliks_loo` (each row's own assignment removed from the draw's
+        counts, ``z_i`` summed out).  VB / CVB: ``log p(x_i | pi, theta)`` for
+        ``n_samples * n_chains`` draws of ``(pi, theta)`` from the approximate posterior
+        (:meth:`_variational_parameter_draws`, seeded by ``random_state``; one chain):
+        LOO then importance-samples from the *variational* posterior, which
+        ``inference_data_``'s attributes say (``log_likelihood_draws``).
+        """
+        check_is_fitted(self, "labels_")
+        if self.inference == "gibbs":
+            C, S = self.samples_["log_joint"].shape
+            return self._row_logliks_loo().reshape(C, S, -1)
+        rng = np.random.default_rng(check_random_state(self.random_state).randint(2**31 - 1))
+        lp, lt = self._variational_parameter_draws(int(self.n_samples * self.n_chains), rng)
+        idx = self.ensemble_.offset_index()
+        ll = np.stack([logsumexp(a[None, :] + _component_loglik(idx, b), axis=1)
+                       for a, b in zip(lp, lt)])
+        return ll[None]
+
+    def _log_likelihood_kind(self):
+        return ("collapsed Gibbs: log p(x_i | z_-i, x_-i, alpha0, beta) per draw"
+                if self.inference == "gibbs" else
+                f"{self.inference.upper()}: log p(x_i | pi, theta), (pi, theta) drawn from the "
+                "approximate (variational) posterior")
 
     # -------------------------------------------------------------- predict
     def predict_proba(self, X, unknown="error"):
