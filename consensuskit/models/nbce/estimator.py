@@ -646,6 +646,27 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
                        for a, b in zip(lp, lt)])
         return ll[None]
 
+    def _sample_stats_for_arviz(self):
+        """Gibbs: per draw ``lp`` (the log joint of z, alpha0, beta and the data) and
+        ``n_clusters`` (occupied components); the move acceptance rates are per chain
+        (attributes, :meth:`_arviz_group_attrs`)."""
+        if self.inference != "gibbs":
+            return {}
+        return {"lp": self.samples_["log_joint"], "n_clusters": self.samples_["n_occupied"]}
+
+    def _arviz_group_attrs(self):
+        if self.inference != "gibbs":
+            return {}
+        ms = np.asarray(self.samples_["move_stats"], dtype=np.float64)  # (C, 7)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return {"sample_stats": {
+                "split_acceptance_rate_per_chain": (ms[:, 0] / ms[:, 2]).tolist(),
+                "merge_acceptance_rate_per_chain": (ms[:, 1] / ms[:, 3]).tolist(),
+                "splits_proposed_per_chain": ms[:, 2].astype(int).tolist(),
+                "merges_proposed_per_chain": ms[:, 3].astype(int).tolist(),
+                "group_moves_changed_per_chain": ms[:, 6].astype(int).tolist(),
+                "sampler": "collapsed Gibbs with split-merge and group moves"}}
+
     def _log_likelihood_kind(self):
         return ("collapsed Gibbs: log p(x_i | z_-i, x_-i, alpha0, beta) per draw"
                 if self.inference == "gibbs" else
