@@ -560,9 +560,10 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
                 # every component with the full counts: (T, r)
                 full = np.where(ob[None], log_num[:, sf] - log_den[:, cj], 0.0).sum(-1)
                 # the row's own component with its labels removed from the counts: (r,)
-                own = np.where(ob, np.log(b + Nkl[zi[:, None], sf] - 1.0)
-                               - np.log(n_labels[None, :] * b + Nkm[zi[:, None], cj] - 1.0),
-                               0.0).sum(-1)
+                # (unobserved entries read a dummy count: replaced by 1 before the log)
+                num = np.where(ob, b + Nkl[zi[:, None], sf] - 1.0, 1.0)
+                den = np.where(ob, n_labels[None, :] * b + Nkm[zi[:, None], cj] - 1.0, 1.0)
+                own = (np.log(num) - np.log(den)).sum(-1)
                 full[zi, np.arange(zi.size)] = own
                 nk = np.repeat(Nk[None], zi.size, 0)
                 nk[np.arange(zi.size), zi] -= 1.0
