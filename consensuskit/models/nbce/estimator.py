@@ -63,6 +63,15 @@ def predictive_parameters(Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
         return get_prior(prior).conditional_log_weights(Nk, alpha0), np.log(theta)
 
 
+def _log_dirichlet(rng, conc):
+    """Log of Dirichlet draws with concentrations ``conc`` (..., k) over the last axis, on
+    the log scale (``Gamma(a) = Gamma(a + 1) U^(1/a)``) so that small concentrations do not
+    underflow to exact zeros."""
+    conc = np.asarray(conc, dtype=np.float64)
+    logg = np.log(rng.standard_gamma(conc + 1.0)) + np.log(rng.random(conc.shape)) / conc
+    return logg - logsumexp(logg, axis=-1, keepdims=True)
+
+
 def _component_loglik(idx, log_theta):
     """sum_{j observed} log theta[k, idx_ij] -> (n, T); idx (n, M) global, -1 missing."""
     n, M = idx.shape
@@ -607,24 +616,39 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         n_labels = np.asarray(self.ensemble_.n_labels)
         off = np.concatenate([[0], np.cumsum(n_labels)])
         if prior == "fsd" and not isinstance(pi_par, tuple):
-            pi = rng.dirichlet(pi_par, size=n_draws)
+            log_pi = _log_dirichlet(rng, np.broadcast_to(pi_par, (n_draws, T)))
         elif prior == "fsd":
             a0, Nk = pi_par
-            pi = rng.dirichlet(a0 / T + Nk, size=n_draws)
+            log_pi = _log_dirichlet(rng, np.broadcast_to(a0 / T + Nk, (n_draws, T)))
         else:  # truncated stick-breaking: v_k ~ Beta(1 + N_k, alpha0 + N_{>k}), v_T = 1
             a0, Nk = pi_par
             gt = np.cumsum(Nk[::-1])[::-1] - Nk
             v = rng.beta(1.0 + Nk[:-1], a0 + gt[:-1], size=(n_draws, T - 1))
             v = np.concatenate([v, np.ones((n_draws, 1))], 1)
             rest = np.concatenate([np.ones((n_draws, 1)), np.cumprod(1.0 - v[:, :-1], 1)], 1)
-            pi = v * rest
-        theta = np.empty((n_draws, T, L))
+            with np.errstate(divide="ignore"):
+                log_pi = np.log(v * rest)
+        log_theta = np.empty((n_draws, T, L))
         for j in range(n_labels.size):
-            g = rng.standard_gamma(rho[None, :, off[j]:off[j + 1]],
-                                   size=(n_draws, T, n_labels[j]))
-            theta[:, :, off[j]:off[j + 1]] = g / g.sum(-1, keepdims=True)
-        with np.errstate(divide="ignore"):
-            return np.log(pi), np.log(theta)
+            log_theta[:, :, off[j]:off[j + 1]] = _log_dirichlet(
+                rng, np.broadcast_to(rho[None, :, off[j]:off[j + 1]],
+                                     (n_draws, T, n_labels[j])))
+        return log_pi, log_theta
+
+    def _seeded_variational_draws(self):
+        """VB / CVB: the ``n_samples * n_chains`` parameter draws of ``inference_data_``
+        (seeded by ``random_state``: the same draws at every call)."""
+        rng = np.random.default_rng(check_random_state(self.random_state).randint(2**31 - 1))
+        return self._variational_parameter_draws(int(self.n_samples * self.n_chains), rng)
+
+    def _posterior_for_arviz(self):
+        """Gibbs: the permutation-invariant traces.  VB / CVB: the mixing weights ``pi``
+        (1, D, T) of the approximate-posterior draws the log-likelihood group is computed
+        at (component order as fitted: one mode, no label switching)."""
+        if self.inference == "gibbs":
+            return self._arviz_posterior
+        lp, _ = self._seeded_variational_draws()
+        return {"pi": np.exp(lp)[None]}
 
     def _log_likelihood_draws(self):
         """The training rows' pointwise log-likelihood for PSIS-LOO, (chains, draws, N).
@@ -640,8 +664,7 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         if self.inference == "gibbs":
             C, S = self.samples_["log_joint"].shape
             return self._row_logliks_loo().reshape(C, S, -1)
-        rng = np.random.default_rng(check_random_state(self.random_state).randint(2**31 - 1))
-        lp, lt = self._variational_parameter_draws(int(self.n_samples * self.n_chains), rng)
+        lp, lt = self._seeded_variational_draws()
         idx = self.ensemble_.offset_index()
         ll = np.stack([logsumexp(a[None, :] + _component_loglik(idx, b), axis=1)
                        for a, b in zip(lp, lt)])
