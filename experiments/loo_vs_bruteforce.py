@@ -56,9 +56,10 @@ def small_ensemble(name, n_rows, n_partitions=4, n_clusters=3, seed=0):
     return as_ensemble(X)
 
 
-def models(quick=False, seed=0):
-    """name -> (factory of an unfitted estimator, how a refit scores a held-out row)."""
-    nuts = 120 if quick else 300
+def models(quick=False, seed=0, nuts=None):
+    """name -> (factory of an unfitted estimator, how a refit scores a held-out row).
+    ``nuts``: warm-up steps = draws per chain of the NUTS fits (default 120 quick, 300)."""
+    nuts = nuts or (120 if quick else 300)
     hub = dict(n_clusters=3, inference="nuts", num_samples=nuts, warmup_steps=nuts,
                num_chains=2, random_state=seed, n_posterior_draws=100)
     gibbs = dict(truncation=6, n_samples=150 if quick else 400, burn_in=100, n_chains=2,
@@ -144,21 +145,22 @@ def check(make, how, ens, rows, *, loglik=None, progress=False):
             "n_rows_checked": n, "cpu_seconds": time.process_time() - t0}
 
 
-def main(quick=False, negative_control=False, only=None, datasets_=DATASETS, n_rows=None):
+def main(quick=False, negative_control=False, only=None, datasets_=DATASETS, n_rows=None,
+         nuts=None, nuts_rows=None):
     import pandas as pd
 
     n_rows = n_rows or (24 if quick else 40)
     out = []
     for name in datasets_:
         ens = small_ensemble(name, n_rows)
-        table = models(quick)
+        table = models(quick, nuts=nuts)
         if negative_control:
             table["NBCE(Gibbs) in-sample counts [negative control]"] = table["NBCE(Gibbs)"]
         for model, (make, how) in table.items():
             if only and not any(o in model for o in only):
                 continue
-            nuts = "NUTS" in model
-            n_check = min(n_rows, (6 if quick else 12) if nuts else n_rows)
+            n_check = min(n_rows, (nuts_rows or (6 if quick else 12)) if "NUTS" in model
+                          else n_rows)
             rows = np.sort(np.random.RandomState(1).choice(n_rows, n_check, replace=False))
             loglik = None
             if "negative control" in model:
@@ -187,5 +189,9 @@ if __name__ == "__main__":
     p.add_argument("--only", nargs="*", help="model names containing these strings")
     p.add_argument("--datasets", nargs="*", default=list(DATASETS))
     p.add_argument("--n-rows", type=int, default=None)
+    p.add_argument("--nuts-draws", type=int, default=None,
+                   help="warm-up steps = draws per chain of the NUTS fits")
+    p.add_argument("--nuts-rows", type=int, default=None,
+                   help="rows checked by brute force for the NUTS fits")
     a = p.parse_args()
-    main(a.quick, a.negative_control, a.only, a.datasets, a.n_rows)
+    main(a.quick, a.negative_control, a.only, a.datasets, a.n_rows, a.nuts_draws, a.nuts_rows)

@@ -140,6 +140,14 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         NUTS: chains whose split R-hat of the log density (``lp``, invariant to label
         switching) exceeds this are reported as sitting in separate modes (a warning,
         ``chains_disagree_``).
+    n_init, init_steps : int
+        SVI: ``n_init`` short runs of ``init_steps`` steps (default ``num_steps // 10``, at
+        least 20) from different random starts; the main run continues the best (lowest mean
+        loss over its last 10 steps).  ``n_init=1``: one start.
+    lr_decay : "auto", float or None
+        SVI: the learning rate is multiplied by this every step of the main run ("auto":
+        down to a tenth over ``num_steps``), so the final parameters are not one noisy
+        iterate; None: constant.
     svi_tol : float
         SVI: the ELBO counts as converged when the mean loss of the last 10% of the steps
         differs from that of the 10% before by less than ``svi_tol`` times its magnitude
@@ -176,7 +184,7 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
                  jit=False, num_particles=1, num_samples=300, warmup_steps=300, num_chains=2,
                  max_tree_depth=6, n_posterior_draws=50, n_perplexity_samples=1000,
                  max_plate_nesting=None, cluster_axes=None, rhat_threshold=1.05,
-                 svi_tol=1e-3, verbose=False):
+                 svi_tol=1e-3, n_init=4, init_steps=None, lr_decay="auto", verbose=False):
         self.model = model
         self.guide = guide
         self.n_clusters = n_clusters
@@ -199,6 +207,9 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         self.cluster_axes = cluster_axes
         self.rhat_threshold = rhat_threshold
         self.svi_tol = svi_tol
+        self.n_init = n_init
+        self.init_steps = init_steps
+        self.lr_decay = lr_decay
         self.verbose = verbose
 
     # ---------------------------------------------------------------- fitting
@@ -216,6 +227,13 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         self.n_clusters_ = check_n_clusters(self.n_clusters, ens.n_samples)
         check_positive_int(self.n_posterior_draws, "n_posterior_draws")
         check_positive_int(self.n_perplexity_samples, "n_perplexity_samples")
+        check_positive_int(self.n_init, "n_init")
+        if self.init_steps is not None:
+            check_positive_int(self.init_steps, "init_steps")
+        if not (self.lr_decay is None or self.lr_decay == "auto"
+                or (isinstance(self.lr_decay, float) and 0.0 < self.lr_decay <= 1.0)):
+            raise ValueError(f"lr_decay must be 'auto', None or a float in (0, 1]; "
+                             f"got {self.lr_decay!r}")
         rs = check_random_state(self.random_state)
         seed = int(rs.randint(2**31 - 1))
         labels = torch.as_tensor(ens.codes)
@@ -251,12 +269,16 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
 
         guide = default_guide(self.model) if self.guide is None else self.guide
         self.guide_ = guide
+        opts = dict(model_kwargs=kw, learning_rate=self.learning_rate, clip_norm=self.clip_norm,
+                    batch_size=self.batch_size, max_plate_nesting=P, jit=self.jit,
+                    num_particles=self.num_particles, progress=self.verbose)
+        decay = (None if self.lr_decay is None
+                 else 0.1 ** (1.0 / max(1, self.num_steps)) if self.lr_decay == "auto"
+                 else float(self.lr_decay))
         with torch.random.fork_rng(), pyro.get_param_store().scope() as state:
-            res = fit_svi(self.model, guide, labels, model_kwargs=kw, num_steps=self.num_steps,
-                          learning_rate=self.learning_rate, clip_norm=self.clip_norm,
-                          batch_size=self.batch_size,
-                          max_plate_nesting=P, jit=self.jit, num_particles=self.num_particles,
-                          seed=seed, progress=self.verbose, desc="PyroConsensus SVI")
+            start = self._svi_restarts(guide, labels, opts, seed)
+            res = fit_svi(self.model, guide, labels, num_steps=self.num_steps, seed=seed,
+                          desc="PyroConsensus SVI", lr_decay=decay, init_state=start, **opts)
             pyro.get_param_store().set_state(res.param_state)
             draws = self._guide_draws(labels, kw)
             state = pyro.get_param_store().get_state()
@@ -270,6 +292,29 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
                 f"{self.elbo_change_:.4g}); raise num_steps or learning_rate (converged_)",
                 RuntimeWarning, stacklevel=5)
         return draws
+
+    def _svi_restarts(self, guide, labels, opts, seed):
+        """``n_init`` short runs (``init_steps`` each) from different random starts; the
+        param-store state of the one with the lowest mean loss over its last 10 steps
+        (None with ``n_init=1``: the main run starts from the guide's own init).  A single
+        start often lands a cluster on a poor local optimum (two clusters sharing a mode),
+        which more steps do not leave."""
+        from consensuskit.inference.pyro_svi import fit_svi
+
+        self.restart_losses_ = []
+        if self.n_init <= 1:
+            return None
+        steps = self.init_steps or max(20, self.num_steps // 10)
+        rs = np.random.RandomState(seed)
+        best, best_loss = None, np.inf
+        for r in range(self.n_init):
+            res = fit_svi(self.model, guide, labels, num_steps=steps,
+                          seed=int(rs.randint(2**31 - 1)), desc=f"SVI start {r + 1}", **opts)
+            loss = float(np.mean(res.losses[-10:]))
+            self.restart_losses_.append(loss)
+            if loss < best_loss:
+                best, best_loss = res.param_state, loss
+        return best
 
     def _elbo_converged(self, losses):
         """(converged, change): the mean loss over the last 10% of the steps against the
