@@ -312,6 +312,35 @@ class GenerativeMixin:
         _INFERENCE_DATA[self] = (self.labels_, idata)
         return idata
 
+    def _posterior_predictive_draws(self, rng):
+        """Replicated training labels, one per posterior draw: int (chains, draws, N, M),
+        -1 where the training label is missing."""
+        raise NotImplementedError(
+            f"{type(self).__name__} with this engine has no posterior draws to replicate the "
+            "data from (a point fit); fit with an engine that samples (NUTS, Gibbs)")
+
+    def add_posterior_predictive(self, random_state=None):
+        """Add the ``posterior_predictive`` group to the cached :attr:`inference_data_` (on
+        request: it simulates a replicate of the training rows for every draw) and
+        return it; a second call returns it unchanged.
+
+        Variable ``"x"``, int (chain, draw, row, clustering): for each posterior draw, the
+        training rows' labels simulated from the model at that draw's parameters (and,
+        where the model has them, the row's latent assignment of that draw), with -1 where
+        the training label is missing; for ``az.plot_ppc`` and posterior predictive checks.
+        """
+        from sklearn.utils import check_random_state
+
+        from consensuskit.inference.arviz_adapter import add_group
+
+        idata = self.inference_data_
+        if "posterior_predictive" in idata.groups():
+            return idata
+        x = np.asarray(self._posterior_predictive_draws(check_random_state(random_state)))
+        x = np.where(self.ensemble_.codes[None, None] >= 0, x, -1)
+        return add_group(idata, "posterior_predictive", {"x": x},
+                         dims={"x": ["row", "clustering"]})
+
     def _checked_log_likelihood(self, X, unknown="error"):
         ens = X if isinstance(X, Ensemble) and X is getattr(self, "ensemble_", None) else None
         if ens is None:

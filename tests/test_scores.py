@@ -225,3 +225,34 @@ def test_user_variant_mm_hierarchical_runs_through_the_spec():
                                n_posterior_draws=3, random_state=0).fit(X)
     assert np.isfinite(est.score(X))
     assert "pi_logits:0" in est.inference_data_.posterior.attrs["relabelled_sites"]
+
+
+def test_posterior_predictive_on_request(small):
+    """add_posterior_predictive: one replicate of the training rows per draw, the missing
+    pattern kept, label frequencies per column those of the data within sampling error;
+    a point fit says it has no draws."""
+    X = small.decode().copy()
+    X[0, 1] = -1
+    est = ck.NBCE(truncation=6, n_samples=60, burn_in=40, n_chains=2, random_state=0).fit(X)
+    idata = est.add_posterior_predictive(random_state=0)
+    assert est.add_posterior_predictive() is idata
+    x = idata.posterior_predictive["x"].values
+    assert x.shape == (2, 60, 30, 4) and (x[:, :, 0, 1] == -1).all()
+    codes = est.ensemble_.codes
+    for j in range(4):
+        obs = codes[:, j] >= 0
+        for lab in range(est.ensemble_.n_labels[j]):
+            p = np.mean(codes[obs, j] == lab)
+            rep = np.mean(x[:, :, obs, j] == lab)
+            assert abs(rep - p) < 4 * np.sqrt(max(p * (1 - p), 0.02) / obs.sum()), (j, lab)
+    mmfit = ck.MM(3, random_state=0).fit(X)
+    with pytest.raises(NotImplementedError, match="no posterior draws"):
+        mmfit.add_posterior_predictive()
+    hub = ck.PyroConsensus(mm.model, mm.map_guide, n_clusters=3, num_steps=30, n_init=1,
+                           n_posterior_draws=1, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        hub.fit(X)
+    xp = hub.add_posterior_predictive(random_state=0).posterior_predictive["x"].values
+    assert xp.shape == (1, 1, 30, 4) and xp[0, 0, 0, 1] == -1
+    assert ((xp[0, 0][codes >= 0] >= 0) & (xp[0, 0][codes >= 0] < 3)).all()

@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["to_inference_data", "import_arviz"]
+__all__ = ["to_inference_data", "import_arviz", "add_group"]
 
 #: the groups :func:`to_inference_data` builds, in ArviZ's order
 GROUPS = ("posterior", "posterior_predictive", "log_likelihood", "sample_stats",
@@ -88,4 +88,17 @@ def to_inference_data(posterior: dict, attrs: dict | None = None,
     for g, a in g_attrs.items():
         if g in idata.groups():
             idata[g].attrs.update(a)
+    return idata
+
+
+def add_group(idata, name: str, data: dict, dims: dict | None = None):
+    """Add the group ``name`` (variables of shape (chain, draw, ...)) to ``idata`` in place
+    (``InferenceData.add_groups`` on arviz 0.x, a child node of the DataTree on 1.x)."""
+    data = {k: np.asarray(v) for k, v in data.items()}
+    if hasattr(idata, "add_groups"):
+        idata.add_groups({name: data}, dims=dims or {})
+        return idata
+    import arviz_base  # arviz >= 1.0
+
+    idata[name] = arviz_base.from_dict({name: data}, dims=dims or {})[name]
     return idata

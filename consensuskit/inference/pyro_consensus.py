@@ -494,6 +494,27 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
             return {}
         return dict(self.mcmc_info_["sample_stats"])
 
+    def _posterior_predictive_draws(self, rng):
+        """The spec simulated at every retained draw of the globals (every latent site not
+        given is drawn from its conditional prior: the rows' local latents afresh)."""
+        import pyro
+
+        from consensuskit.models.simulation import simulate
+
+        C, S = next(iter(self._draws.values())).shape[:2]
+        N, M = self.ensemble_.codes.shape
+        kw = self._kwargs(self.ensemble_)
+        out = np.empty((C, S, N, M), dtype=np.int64)
+        seeds = rng.randint(2**31 - 1, size=(C, S))
+        with pyro.get_param_store().scope(getattr(self, "_param_state", None)):
+            for c in range(C):
+                for d in range(S):
+                    params = {k: v[c, d].detach() for k, v in self._draws.items()}
+                    X, _ = simulate(self.model, n_rows=N, params=params, seed=int(seeds[c, d]),
+                                    **kw)
+                    out[c, d] = X
+        return out
+
     def _arviz_dims(self):
         """Dimension names of the posterior sites: ``cluster`` on the relabelled axis,
         ``row`` on a row-local site's rows axis."""
@@ -567,6 +588,11 @@ class HubBackedMixin:
         if self._hub() is not None:
             return self.hub_._log_likelihood_kind()
         return super()._log_likelihood_kind()
+
+    def _posterior_predictive_draws(self, rng):
+        if self._hub() is not None:
+            return self.hub_._posterior_predictive_draws(rng)
+        return super()._posterior_predictive_draws(rng)
 
     def _arviz_dims(self):
         if self._hub() is not None:

@@ -670,6 +670,27 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
                        for a, b in zip(lp, lt)])
         return ll[None]
 
+    def _posterior_predictive_draws(self, rng):
+        """Gibbs: per draw, ``theta_kj ~ Dir(beta + N_kj.)`` given the draw's counts and
+        ``x_ij ~ Cat(theta_{z_i j})`` with the draw's own ``z_i``: (C, S, N, M) codes."""
+        if self.inference != "gibbs":
+            return super()._posterior_predictive_draws(rng)
+        C, S = self.samples_["log_joint"].shape
+        n_labels = np.asarray(self.samples_["n_labels"])
+        off = np.concatenate([[0], np.cumsum(n_labels)])
+        N, M = self._idx_train.shape
+        gen = np.random.default_rng(rng.randint(2**31 - 1))
+        out = np.empty((C * S, N, M), dtype=np.int64)
+        beta = np.asarray(self.samples_["beta"], dtype=np.float64).reshape(-1)
+        for d in range(C * S):
+            _, Nkl, _, z = self._draw_counts(slice(d, d + 1))
+            for j in range(M):
+                lt = _log_dirichlet(gen, beta[d] + Nkl[0][:, off[j]:off[j + 1]])  # (T, k_j)
+                cdf = np.cumsum(np.exp(lt[z[0]]), axis=1)  # (N, k_j)
+                u = gen.random((N, 1)) * cdf[:, -1:]
+                out[d, :, j] = np.minimum((u > cdf).sum(1), n_labels[j] - 1)
+        return out.reshape(C, S, N, M)
+
     def _sample_stats_for_arviz(self):
         """Gibbs: per draw ``lp`` (the log joint of z, alpha0, beta and the data) and
         ``n_clusters`` (occupied components); the move acceptance rates are per chain
