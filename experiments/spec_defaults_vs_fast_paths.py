@@ -63,7 +63,7 @@ def main(baseline=False, datasets_=DATASETS, seed=0):
         for spec_name, (model, fast) in specs.items():
             ref, ref_cpu, _ = fitted(fast(), X)
             ll_ref = ref.score_samples(X_test, unknown="missing")
-            n_obs = int((ref._encode_new(X_test, unknown="missing").codes >= 0).sum())
+            n_obs = int((ref.encode(X_test, unknown="missing").codes >= 0).sum())
             for label, opts in variants.items():
                 est, cpu, notes = fitted(ck.PyroConsensus(model, n_clusters=3,
                                                           random_state=seed, **opts), X)

@@ -73,7 +73,7 @@ def test_nbce_loo_loglik_is_the_collapsed_predictive_without_the_row(small):
 
     est = ck.NBCE(truncation=5, n_samples=3, burn_in=5, n_chains=1, random_state=0,
                   prior="tsb").fit(small)
-    ll = est._log_likelihood_draws()[0]
+    ll = est.log_likelihood_draws()[0]
     o = est.samples_
     idx = est._idx_train
     for s in range(3):

@@ -174,7 +174,7 @@ def compare(estimators, X_train, X_test, *, unknown="error", refit=True):
             cpu, wall = time.process_time() - t0, time.perf_counter() - w0
         else:
             cpu = wall = np.nan
-        ens_test = est._encode_new(X_test, unknown=unknown)
+        ens_test = est.encode(X_test, unknown=unknown)
         ll, se_mc = est.score_samples_se(ens_test)
         n_obs = ens_test.n_observed
         n_labels = (np.asarray(ens_test.codes) >= 0).sum(1)
