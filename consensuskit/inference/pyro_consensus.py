@@ -501,21 +501,23 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         """The spec simulated at every retained draw of the globals (every latent site not
         given is drawn from its conditional prior: the rows' local latents afresh)."""
         import pyro
-
-        from consensuskit.models.simulation import simulate
+        from pyro import poutine
 
         C, S = next(iter(self._draws.values())).shape[:2]
         N, M = self.ensemble_.codes.shape
         kw = self._kwargs(self.ensemble_)
         out = np.empty((C, S, N, M), dtype=np.int64)
         seeds = rng.randint(2**31 - 1, size=(C, S))
-        with pyro.get_param_store().scope(getattr(self, "_param_state", None)):
+        state = getattr(self, "_param_state", None)
+        with pyro.get_param_store().scope(state), torch.random.fork_rng(), \
+                float64_default(), torch.no_grad():
             for c in range(C):
                 for d in range(S):
+                    torch.manual_seed(int(seeds[c, d]))
                     params = {k: v[c, d].detach() for k, v in self._draws.items()}
-                    X, _ = simulate(self.model, n_rows=N, params=params, seed=int(seeds[c, d]),
-                                    **kw)
-                    out[c, d] = X
+                    # the convention: labels=None simulates n_rows rows and returns them
+                    x = poutine.condition(self.model, data=params)(None, n_rows=N, **kw)
+                    out[c, d] = np.asarray(x.cpu(), dtype=np.int64)
         return out
 
     def _arviz_dims(self):
