@@ -149,10 +149,12 @@ def test_compare_handles_point_fits_and_names_its_standard_errors(small):
     """A point fit (EM) gets NaN LOO with loo_draws saying why (no TypeError); the table
     has the two SEs apart and the diagnostics; an unreliable row warns."""
     X = small.decode()
-    with pytest.warns(RuntimeWarning, match="compare: NBCE"):
+    with pytest.warns(RuntimeWarning, match="compare: NBCE-VB"):
         table = ck.compare({"MM": ck.MM(3, random_state=0),
                             "NBCE": ck.NBCE(truncation=6, n_samples=20, burn_in=5,
-                                            n_chains=2, random_state=0)},
+                                            n_chains=2, random_state=0),
+                            "NBCE-VB": ck.NBCE(truncation=6, prior="fsd", inference="vb",
+                                               random_state=0)},
                            X[:22], X[22:], unknown="missing")
     assert table.loc["MM", "loo_draws"] == "none (point fit)"
     assert np.isnan(table.loc["MM", "elpd_loo"])
@@ -162,8 +164,9 @@ def test_compare_handles_point_fits_and_names_its_standard_errors(small):
     for col in ("heldout_se_rows", "heldout_mcse", "elpd_loo_se_rows", "share_k_above_0.7"):
         assert col in table.columns and col in table.attrs["columns"]
     assert table.loc["MM", "heldout_mcse"] == 0.0 and table.loc["MM", "heldout_se_rows"] > 0
-    # NBCE with 20 draws per chain: R-hat or Pareto k flags it
-    assert not table.loc["NBCE", "reliable"] and table.attrs["problems"]["NBCE"]
+    # LOO from variational draws is always flagged: unreliable, with the reason named
+    assert not table.loc["NBCE-VB", "reliable"]
+    assert any("variational" in p for p in table.attrs["problems"]["NBCE-VB"])
 
 
 def test_svi_unconverged_elbo_warns_and_flags():
