@@ -40,8 +40,16 @@ def _bce():
 
     X = _labels()
     for dtype in ("float64", "float32"):
-        BCE(n_clusters=3, max_iter=2, n_init=1, dtype=dtype, n_perplexity_samples=10,
-            random_state=0).fit(X)
+        BCE(n_clusters=3, alpha_estimate="meanfield", max_iter=2, n_init=1, dtype=dtype,
+            n_perplexity_samples=10, random_state=0).fit(X)
+
+
+def _bce_gibbs():
+    """BCE's default estimate: the collapsed Gibbs sampler's kernels (two chains, so the
+    audition runs too)."""
+    from consensuskit import BCE
+
+    BCE(n_clusters=3, n_sweeps=4, n_init=2, random_state=0).fit(_labels())
 
 
 def _mm():
@@ -79,6 +87,7 @@ def _pcc():
 #: ``(name, callable, modules whose numba kernels it compiles)`` of each step, in order.
 STEPS = [
     ("BCE E-step kernel", _bce, ("consensuskit.models.bce.kernels",)),
+    ("BCE collapsed Gibbs", _bce_gibbs, ("consensuskit.models.bce.gibbs_kernels",)),
     ("MM fused EM pass", _mm, ("consensuskit.models.mm.kernels",)),
     ("NBCE Gibbs sampler", _nbce, ("consensuskit.models.nbce.gibbs.kernels",
                                     "consensuskit.models.nbce.gibbs.moves")),

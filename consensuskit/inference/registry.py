@@ -195,15 +195,16 @@ def _register_builtins():
                                             random_state=0, **o),
                              _mm_to_spec, _mm_objective))
     register_engine(FastPath("bce", "cavi", bce,
-                             lambda **o: BCE(n_clusters=3, n_init=1, tol=1e-10, max_iter=300,
-                                             random_state=0, **o),
+                             lambda **o: BCE(n_clusters=3, alpha_estimate="meanfield", n_init=1,
+                                             tol=1e-10, max_iter=300, random_state=0, **o),
                              _bce_to_spec, _bce_objective))
     register_engine(FastPath("bce", "svi", bce,
                              lambda **o: BCE(n_clusters=3, inference="svi", max_iter=100,
                                              n_init=1, random_state=0, **o),
                              _bce_to_spec))
     register_engine(FastPath("gbce", "cavi", gbce,
-                             lambda **o: GBCE(n_clusters=3, label_weight=[2.0, 1, 1, 0.5, 1],
+                             lambda **o: GBCE(n_clusters=3, alpha_estimate="meanfield",
+                                              label_weight=[2.0, 1, 1, 0.5, 1],
                                               feature_weight=[1.0, 0.5], n_init=1, tol=1e-13,
                                               max_iter=2000, random_state=0, **o),
                              # GBCE scores the labels with the features integrated
