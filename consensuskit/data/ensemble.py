@@ -134,7 +134,7 @@ def _object_to_float(A: np.ndarray) -> np.ndarray:
     return out
 
 
-def _labels_to_int(A: np.ndarray) -> np.ndarray:
+def labels_to_int(A: np.ndarray) -> np.ndarray:
     """Validate a 2-D label array and return int64 labels with -1 for missing."""
     if A.dtype == object:
         A = _object_to_float(A)
@@ -252,7 +252,7 @@ class Ensemble:
             raise ValueError(
                 f"labels are empty: {what}; need at least one sample and one base clustering"
             )
-        L = _labels_to_int(A)
+        L = labels_to_int(A)
         observed = L >= 0
         empty_cols = np.flatnonzero(~observed.any(axis=0))
         if empty_cols.size:
@@ -304,7 +304,7 @@ class Ensemble:
             )
         if A.shape[0] == 0:
             raise ValueError("X has no rows")
-        L = _labels_to_int(A)
+        L = labels_to_int(A)
         codes = np.full(L.shape, MISSING, dtype=np.int64, order="F")
         for j in range(self.n_partitions):
             col = L[:, j]

@@ -310,7 +310,7 @@ class GBCE(BCE):
         else:
             fit = self._drive(self._engine(ensemble, data, K, features=term), ensemble, rs,
                               resume, digest)
-        state = self._set_fitted(ensemble, fit)
+        state = self.set_fitted_state(ensemble, fit)
         if self.alpha_estimate_ == "gibbs":
             self.lower_bound_ = float("nan")
         self.n_variance_floored_ = int(state.n_variance_floored)
