@@ -365,9 +365,9 @@ def mixture_log_weights(alpha, beta, data, n_samples: int, generator, rows=slice
     BCE's label columns (``lik[i, j, k] = beta_j(k, x_ij)``) through
     :func:`mixture_log_weights_lik`; returns ``log_w`` (S, n).
     """
-    from consensuskit.models.bce.cavi import _extend
+    from consensuskit.models.bce.cavi import with_missing_column
 
-    beta_ext = _extend(beta)
+    beta_ext = with_missing_column(beta)
     cols, masks = [], []
     for j in range(data.n_partitions):
         idx, mask = data.column(j, rows)

@@ -159,7 +159,12 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     iw_start_ : {"meanfield", "mixture"} or None
         ``"iw"``: where the refinement started (see :meth:`_refine_iw`).
     n_iter_ : int
+        EM iterations (``"meanfield"``) or sweeps of the kept chain (``"gibbs"``).
     converged_ : bool
+        The bound's relative change reached ``tol``; always False under ``"gibbs"``,
+        which runs a fixed schedule of sweeps with no convergence test (its
+        ``lower_bounds_`` are the collapsed log joint ``log p(x, z | alpha, eta)`` per
+        sweep, and ``lower_bound_`` is the mean-field bound at the returned estimate).
     degenerate_ : bool
         True if every restart hit the degenerate optimum (a warning is issued).
     n_degenerate_ : int
