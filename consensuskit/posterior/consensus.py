@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..base import ConsensusEstimator
-from ..ensemble import Ensemble
+from consensuskit.base import ConsensusEstimator
+from consensuskit.data.ensemble import Ensemble
+
 from .posterior import PartitionPosterior
 
 __all__ = ["PartitionConsensus"]
