@@ -56,7 +56,8 @@ def planted(n=90, m=14, k=K, noise=0.15, missing=0.15, seed=0):
 @pytest.fixture(scope="module")
 def data():
     X, truth = planted()
-    ref = BCE(K, n_init=1, random_state=0, max_iter=N_ITER, tol=0.0).fit(X)
+    ref = BCE(K, alpha_estimate="meanfield", n_init=1, random_state=0, max_iter=N_ITER,
+              tol=0.0).fit(X)
     return X, truth, ref
 
 
@@ -146,7 +147,7 @@ def test_restarts_predict_score_save_load_equal_single_process(data, mode, tmp_p
     # random starts, seed 2: the restarts end 1% apart and the second one wins (k-means
     # starts all reach the same optimum, so the pick would be a tie at 1e-12)
     kw = dict(n_init=2, init="random", random_state=2, max_iter=N_ITER, tol=0.0)
-    ref = BCE(K, n_perplexity_samples=100, **kw).fit(X)
+    ref = BCE(K, alpha_estimate="meanfield", n_perplexity_samples=100, **kw).fit(X)
     fit = fit_distributed(X, K, n_workers=P, mode=mode, timeout=60, **kw)
     fit.set_params(n_perplexity_samples=100)
     assert_same_fit(fit, ref)
@@ -324,7 +325,8 @@ def test_stalled_alpha_steps_counted_and_bound_at_returned_state(data, mode, mon
     X, _, _ = data
     _stalling_alpha(monkeypatch)
     with pytest.warns(RuntimeWarning, match="Newton solve for alpha"):
-        ref = BCE(K, n_init=1, random_state=0, max_iter=N_ITER, tol=0.0).fit(X)
+        ref = BCE(K, alpha_estimate="meanfield", n_init=1, random_state=0, max_iter=N_ITER,
+                  tol=0.0).fit(X)
     with pytest.warns(RuntimeWarning, match="Newton solve for alpha"):
         fit = fit_distributed(X, K, n_workers=P, mode=mode, random_state=0, max_iter=N_ITER,
                               tol=0.0, timeout=60, start_method="fork")

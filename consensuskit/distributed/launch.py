@@ -280,7 +280,8 @@ def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", n_init=1, max_ite
     if init not in ("kmeans", "random"):
         raise ValueError(f"init must be 'kmeans' or 'random'; got {init!r}")
     _check_split(mode, ens, P)
-    est = BCE(K, max_iter=cfg.max_iter, tol=cfg.tol, n_init=n_init, inner_iter=cfg.inner_iter,
+    est = BCE(K, alpha_estimate="meanfield", max_iter=cfg.max_iter, tol=cfg.tol,
+              n_init=n_init, inner_iter=cfg.inner_iter,
               init=init, smoothing=cfg.smoothing, random_state=random_state, dtype=dtype)
     if beta_init is None:
         rs = check_random_state(random_state)
