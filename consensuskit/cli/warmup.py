@@ -76,6 +76,20 @@ def _pcc():
                 random_state=0).fit(X)
 
 
+def _mm_potential():
+    """MM's hand-written potential and gradient (NUTS / MAP-SVI on the spec), for the
+    label integer types an Ensemble stores (compiled once per type)."""
+    from consensuskit.inference.compiled_potential import mm_potential
+
+    X = _labels()
+    for dtype in (np.int8, np.int16, np.int32, np.int64):
+        pot = mm_potential(X.astype(dtype), n_labels=[int(c.max()) + 1 for c in X.T],
+                           n_clusters=3)
+        params = pot.init(np.random.default_rng(0))
+        pot(params)
+        pot.map_value_and_grad(*[params[k] for k in pot.names])
+
+
 #: ``(name, callable, modules whose numba kernels it compiles)`` of each step, in order.
 STEPS = [
     ("BCE E-step kernel", _bce, ("consensuskit.models.bce.kernels",)),
@@ -83,6 +97,7 @@ STEPS = [
     ("NBCE Gibbs sampler", _nbce, ("consensuskit.models.nbce.gibbs.kernels",
                                     "consensuskit.models.nbce.gibbs.moves")),
     ("PCC descent", _pcc, ("consensuskit.models.pcc.descent",)),
+    ("MM potential for NUTS", _mm_potential, ("consensuskit.models.mm.potential",)),
 ]
 
 
