@@ -253,3 +253,20 @@ def test_codes_stored_in_smallest_integer_type(k, dtype, source):
     np.testing.assert_array_equal(ens.decode(), X)
     np.testing.assert_array_equal(ens.n_labels, [k, 2])
     assert ens.encode(X).codes.dtype == dtype
+
+
+def test_offset_index_and_label_data_from_small_codes_do_not_overflow():
+    """int8 codes with offsets beyond 127: the global index is computed in int64."""
+    rng = np.random.default_rng(0)
+    X = np.stack([rng.permutation(100) for _ in range(3)], axis=1)
+    X[5, 1] = -1
+    ens = Ensemble.from_labels(X)
+    assert ens.codes.dtype == np.int8
+    codes = ens.codes.astype(np.int64)
+    want = np.where(codes >= 0, codes + np.array([0, 100, 199]), -1)  # k = 100, 99, 100
+    assert want.max() == 298
+    np.testing.assert_array_equal(ens.offset_index(), want)
+    data = ens.label_data()
+    np.testing.assert_array_equal(data.idx.numpy().T, np.where(want >= 0, want, 299))
+    np.testing.assert_array_equal(data.mask.numpy().T, (X >= 0).astype(float))
+    np.testing.assert_array_equal(data.n_observed_rows.numpy(), (X >= 0).sum(1))

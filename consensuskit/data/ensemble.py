@@ -475,8 +475,12 @@ class Ensemble:
         This is the KCC paper's ``binIDX``: O(N*M) memory instead of the
         ``N x sum_j k_j`` binary matrix.
         """
-        idx = self.codes + self.offsets[:-1][None, :]
-        return np.where(self.codes >= 0, idx, MISSING)
+        out = np.empty(self.codes.shape, dtype=np.int64, order="F")
+        for j, off in enumerate(self.offsets[:-1]):  # a column at a time: no temporaries
+            col = self.codes[:, j]
+            np.add(col, np.int64(off), out=out[:, j])  # int64 arithmetic
+            out[col < 0, j] = MISSING
+        return out
 
     def label_data(self, device="cpu", dtype=None) -> LabelData:
         """The labels laid out for the engines (built once per device and dtype, cached).
@@ -664,14 +668,25 @@ class LabelData:
 
         dtype = torch.float64 if dtype is None else dtype
         L = ensemble.n_total_labels
-        gidx = ensemble.offset_index()
-        gidx = np.where(gidx >= 0, gidx, L)
-        idx = torch.as_tensor(np.ascontiguousarray(gidx.T), device=device)
-        obs = ensemble.codes >= 0
-        mask = None
-        if not obs.all():
-            mask = torch.as_tensor(np.ascontiguousarray(obs.T), device=device, dtype=dtype)
-        V = torch.as_tensor(obs.sum(axis=1), device=device, dtype=dtype)
+        codes = ensemble.codes
+        N, M = codes.shape
+        # filled a column at a time: no (N, M) temporaries beside the two results
+        gidx = np.empty((M, N), dtype=np.int64)
+        counts = np.zeros(N, dtype=np.int32)
+        missing = ensemble.has_missing
+        mask_np = np.empty((M, N), dtype=torch.empty(0, dtype=dtype).numpy().dtype) \
+            if missing else None
+        for j, off in enumerate(ensemble.offsets[:-1]):
+            col = codes[:, j]
+            obs = col >= 0
+            np.add(col, np.int64(off), out=gidx[j])
+            gidx[j, ~obs] = L
+            counts += obs
+            if missing:
+                mask_np[j] = obs
+        idx = torch.as_tensor(gidx, device=device)
+        mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)
+        V = torch.as_tensor(counts, device=device, dtype=dtype)
         return cls(idx=idx, mask=mask, n_observed_rows=V, offsets=ensemble.offsets,
                    n_labels=np.asarray(ensemble.n_labels))
 
