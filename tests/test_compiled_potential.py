@@ -6,8 +6,11 @@ import pytest
 import torch
 from pyro.infer.mcmc.util import initialize_model
 
-from consensuskit.inference.compiled_potential import (build_potential, mm_potential,
-                                                        traced_potential)
+from consensuskit.inference.compiled_potential import (
+    build_potential,
+    mm_potential,
+    traced_potential,
+)
 from consensuskit.inference.compiled_svi import fit_map_svi_compiled
 from consensuskit.models.mm import spec
 
