@@ -49,7 +49,7 @@ def _code_integer_columns(A: np.ndarray):
     """Re-code an integer (N, M) array one column at a time (no (N, M) int64 copy).
 
     Returns ``(codes, n_labels, categories)`` with ``codes`` Fortran-ordered in
-    :func:`code_dtype`; raises like :func:`_labels_to_int` on labels below -1.
+    :func:`code_dtype`; raises like :func:`labels_to_int` on labels below -1.
     Peak extra memory: the codes plus a few columns' temporaries.
     """
     N, M = A.shape
@@ -206,7 +206,7 @@ def _check_observed(codes: np.ndarray, allow_missing_rows: bool) -> None:
             )
 
 
-def _labels_to_int(A: np.ndarray) -> np.ndarray:
+def labels_to_int(A: np.ndarray) -> np.ndarray:
     """Validate a 2-D label array and return int64 labels with -1 for missing."""
     if A.dtype == object:
         A = _object_to_float(A)
@@ -332,7 +332,7 @@ class Ensemble:
             codes, n_labels, cats = _code_integer_columns(A)
             _check_observed(codes, allow_missing_rows)
             return cls(codes=codes, n_labels=n_labels, categories=cats)
-        L = _labels_to_int(A)
+        L = labels_to_int(A)
         observed = L >= 0
         empty_cols = np.flatnonzero(~observed.any(axis=0))
         if empty_cols.size:
@@ -384,7 +384,7 @@ class Ensemble:
             )
         if A.shape[0] == 0:
             raise ValueError("X has no rows")
-        L = _labels_to_int(A)
+        L = labels_to_int(A)
         codes = np.full(L.shape, MISSING, dtype=self.codes.dtype, order="F")
         for j in range(self.n_partitions):
             col = L[:, j]
