@@ -162,7 +162,10 @@ def peer_side(data_path, out_path):
 
 
 def peer_variant(data_path, out_path):
-    """NumPyro side of the BCE-with-reliability variant (notebook 03), z summed out."""
+    """NumPyro side of the BCE-with-reliability variant (notebook 03), z summed out.
+
+    float32 on both sides: the variant is written with torch's default float32 tensors.
+    """
     import jax
     import jax.numpy as jnp
     import numpyro
@@ -170,7 +173,6 @@ def peer_variant(data_path, out_path):
     from numpyro.infer import MCMC, NUTS
     from numpyro.infer.util import initialize_model
 
-    jax.config.update("jax_enable_x64", True)
     d = np.load(data_path)
     x, K = d["x"], int(d["k"])
     warmup, samples, chains = int(d["warmup"]), int(d["samples"]), int(d["chains"])
