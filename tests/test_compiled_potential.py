@@ -6,13 +6,10 @@ import pytest
 import torch
 from pyro.infer.mcmc.util import initialize_model
 
-from consensuskit.inference.compiled_potential import (
-    build_potential,
-    mm_potential,
-    traced_potential,
-)
+from consensuskit.inference.compiled_potential import build_potential, traced_potential
 from consensuskit.inference.compiled_svi import fit_map_svi_compiled
 from consensuskit.models.mm import spec
+from consensuskit.models.mm.potential import mm_potential
 
 
 def _data(seed, N=60, M=5, K=3, missing=0.15):

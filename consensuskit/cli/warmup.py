@@ -52,7 +52,7 @@ def _family_step(family):
 def _mm_potential():
     """MM's hand-written potential and gradient (NUTS / MAP-SVI on the spec), for the
     label integer types an Ensemble stores (compiled once per type)."""
-    from consensuskit.inference.compiled_potential import mm_potential
+    from consensuskit.models.mm.potential import mm_potential
 
     X = _labels()
     for dtype in (np.int8, np.int16, np.int32, np.int64):

@@ -11,8 +11,9 @@ operations.  This module builds ``(U, dU/du)`` once, as one function of a flat v
   records the tensor operations only -- the model's Python, the handlers and the
   enumeration's contraction plan are fixed at trace time.  ``compile=True`` hands that graph
   to :func:`torch.compile` (fused C++ kernels; tens of seconds to compile, paid once).
-* hand-written collapsed potentials of built-in specs (:func:`mm_potential` for
-  :mod:`consensuskit.models.mm.spec`), registered with :func:`register_potential`:
+* hand-written collapsed potentials: a built-in spec's ``model.potential`` (MM's:
+  :func:`consensuskit.models.mm.potential.mm_potential`) or a user's, registered with
+  :func:`register_potential`:
   the same value as Pyro's potential (checked in ``tests/test_compiled_potential.py``) in a
   few vectorised operations.
 
@@ -25,18 +26,14 @@ Everything is float64 unless the model says otherwise (NUTS' energy error needs 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import pyro
 import torch
-from pyro.distributions import constraints
-from torch.distributions import biject_to
 
-__all__ = ["FlatPotential", "traced_potential", "mm_potential", "register_potential",
-           "build_potential", "hand_written_potentials"]
+__all__ = ["FlatPotential", "traced_potential", "register_potential", "build_potential",
+           "hand_written_potential"]
 
 
 class _ValueWithGradient(torch.autograd.Function):
@@ -178,81 +175,6 @@ class _no_arg_validation:
         torch.distributions.Distribution.set_default_validate_args(self._old)
 
 
-# ------------------------------------------------------------- hand-written: MM
-def mm_potential(labels, *, n_labels, n_clusters, label_prior=1.0, weight_prior=1.0,
-                 dtype=torch.float64, compile=False, **unused) -> FlatPotential:
-    """The collapsed potential of the MM spec (``z`` summed out) with its gradient by hand.
-
-    Value and gradient in one numba pass over the labels
-    (:func:`consensuskit.models.mm.potential.mm_value_and_grad`, where the derivation is);
-    equal to Pyro's potential of :mod:`consensuskit.models.mm.spec`, constants included
-    (``tests/test_compiled_potential.py``).  The labels are read in their own integer type.
-
-    Parameters
-    ----------
-    labels : integer array or Tensor (N, M), -1 missing
-    n_labels, n_clusters, label_prior, weight_prior : as in the spec (numeric priors only:
-        a tensor prior of a wrapping hyper-prior model needs :func:`traced_potential`).
-    compile : ignored (already compiled).
-    """
-    from consensuskit.models.mm.potential import mm_value_and_grad, parameter_layout
-
-    codes = labels.codes if hasattr(labels, "codes") else labels
-    codes = codes.numpy() if torch.is_tensor(codes) else np.asarray(codes)
-    if codes.ndim != 2 or codes.dtype.kind not in "iu":
-        raise ValueError(f"labels must be an integer (N, M) array; got {codes.dtype} "
-                         f"{codes.shape}")
-    codes = np.ascontiguousarray(codes)
-    N, M = codes.shape
-    kj = np.asarray([int(k) for k in n_labels], dtype=np.int64)
-    K = int(n_clusters)
-    if len(kj) != M:
-        raise ValueError(f"labels has {M} columns but n_labels has {len(kj)}")
-    if codes.size and (codes.max(axis=0) >= kj).any():
-        raise ValueError("a label code is >= its column's n_labels")
-    if isinstance(label_prior, torch.Tensor) or isinstance(weight_prior, torch.Tensor):
-        raise TypeError("mm_potential takes numeric priors; a tensor prior (hyper-prior "
-                        "from a wrapping model) needs traced_potential")
-    if dtype != torch.float64:
-        raise ValueError("the hand-written MM potential is float64 (NUTS needs it)")
-    a, b = float(label_prior), float(weight_prior)
-    lg = math.lgamma
-    const = lg(K * b) - K * lg(b) + sum(K * (lg(k * a) - k * lg(a)) for k in kj)
-    u_off, _ = parameter_layout(kj, K)
-    names = ["pi"] + [f"theta_{j}" for j in range(M)]
-    shapes = [torch.Size([K - 1])] + [torch.Size([K, int(k) - 1]) for k in kj]
-    simplex = biject_to(constraints.simplex)
-    transforms = {n: simplex.inv for n in names}
-    P = int(u_off[-1])
-
-    def flat_value_and_grad(u, jacobian=True):
-        grad = np.empty(P)
-        return mm_value_and_grad(u, codes, kj, K, a, b, const, grad, jacobian), grad
-
-    def split(value, grad):
-        g = torch.from_numpy(grad)
-        return (torch.tensor(value, dtype=torch.float64),
-                tuple(g[u_off[i]:u_off[i + 1]].view(s) for i, s in enumerate(shapes)))
-
-    def value_and_grad(*parts):
-        u = np.concatenate([p.reshape(-1).numpy() for p in parts])
-        return split(*flat_value_and_grad(u))
-
-    def map_value_and_grad(*parts):
-        u = np.concatenate([p.reshape(-1).numpy() for p in parts])
-        return split(*flat_value_and_grad(u, jacobian=False))
-
-    def init(generator=None):
-        g = generator if generator is not None else np.random.default_rng()
-        vals = [g.dirichlet(np.full(K, b))] + [g.dirichlet(np.full(int(k), a), size=K)
-                                                for k in kj]
-        return {n: simplex.inv(torch.as_tensor(v, dtype=torch.float64).clamp_min(1e-300))
-                for n, v in zip(names, vals)}
-
-    return FlatPotential(names, shapes, transforms, value_and_grad, "hand-written", init,
-                         map_value_and_grad)
-
-
 # ----------------------------------------------------------------------- registry
 _HAND_WRITTEN: dict = {}
 
@@ -260,20 +182,18 @@ _HAND_WRITTEN: dict = {}
 def register_potential(model, builder: Callable) -> None:
     """Use ``builder(labels, **model_kwargs) -> FlatPotential`` for ``model``'s potential.
 
-    A user who writes a collapsed potential for a variant registers it here; it must
-    equal Pyro's potential of ``model`` up to a constant (check it with
-    :func:`traced_potential` as the reference).
+    A user who writes a collapsed potential for a variant registers it here (or sets it as
+    the model function's ``potential`` attribute, as the built-in specs do: MM's is
+    :func:`consensuskit.models.mm.potential.mm_potential`); it must equal Pyro's potential
+    of ``model`` up to a constant (check it against :func:`traced_potential`).
     """
     _HAND_WRITTEN[model] = builder
 
 
-def hand_written_potentials() -> dict:
-    """Registered hand-written potentials: model -> builder (built-ins included)."""
-    if not _HAND_WRITTEN:
-        from consensuskit.models.mm import spec as mm_spec
-
-        _HAND_WRITTEN[mm_spec.model] = mm_potential
-    return dict(_HAND_WRITTEN)
+def hand_written_potential(model):
+    """The builder of ``model``'s hand-written potential, or None: registered with
+    :func:`register_potential`, else the model function's ``potential`` attribute."""
+    return _HAND_WRITTEN.get(model) or getattr(model, "potential", None)
 
 
 def build_potential(model, labels, model_kwargs, *, max_plate_nesting=None, method="auto",
@@ -284,13 +204,13 @@ def build_potential(model, labels, model_kwargs, *, max_plate_nesting=None, meth
     compile : bool
         Compile the function with :func:`torch.compile` (pays off on long runs).
     """
-    builders = hand_written_potentials()
+    builder = hand_written_potential(model)
     kw = dict(model_kwargs)
     if method not in ("auto", "hand-written", "traced"):
         raise ValueError(f"method must be 'auto', 'hand-written' or 'traced'; got {method!r}")
-    if method == "hand-written" and model not in builders:
+    if method == "hand-written" and builder is None:
         raise KeyError("no hand-written potential registered for this model")
-    if method != "traced" and model in builders:
-        return builders[model](labels, compile=compile, **kw)
+    if method != "traced" and builder is not None:
+        return builder(labels, **kw)
     return traced_potential(model, (labels,), kw, max_plate_nesting=max_plate_nesting,
                             compile=compile)

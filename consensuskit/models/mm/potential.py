@@ -23,8 +23,13 @@ import math
 
 import numba
 import numpy as np
+import torch
+from pyro.distributions import constraints
+from torch.distributions import biject_to
 
-__all__ = ["mm_value_and_grad", "parameter_layout"]
+from consensuskit.inference.compiled_potential import FlatPotential
+
+__all__ = ["mm_potential", "mm_value_and_grad", "parameter_layout"]
 
 
 def parameter_layout(n_labels, n_clusters):
@@ -160,3 +165,75 @@ def mm_value_and_grad(u, codes, n_labels, K, a, b, const, grad, jacobian=True):
     if not jacobian:
         logdet = 0.0
     return -(loglik + logp + const + logdet)
+
+
+def mm_potential(labels, *, n_labels, n_clusters, label_prior=1.0, weight_prior=1.0,
+                 dtype=torch.float64, compile=False, **unused) -> FlatPotential:
+    """The collapsed potential of the MM spec (``z`` summed out) with its gradient by hand.
+
+    Value and gradient in one numba pass over the labels
+    (:func:`mm_value_and_grad`, the derivation in this module's docstring);
+    equal to Pyro's potential of :mod:`consensuskit.models.mm.spec`, constants included
+    (``tests/test_compiled_potential.py``).  The labels are read in their own integer type.
+
+    Parameters
+    ----------
+    labels : integer array or Tensor (N, M), -1 missing
+    n_labels, n_clusters, label_prior, weight_prior : as in the spec (numeric priors only:
+        a tensor prior of a wrapping hyper-prior model needs :func:`traced_potential`).
+    compile : ignored (already compiled); accepted so ``build_potential``'s option passes.
+    """
+    codes = labels.codes if hasattr(labels, "codes") else labels
+    codes = codes.numpy() if torch.is_tensor(codes) else np.asarray(codes)
+    if codes.ndim != 2 or codes.dtype.kind not in "iu":
+        raise ValueError(f"labels must be an integer (N, M) array; got {codes.dtype} "
+                         f"{codes.shape}")
+    codes = np.ascontiguousarray(codes)
+    N, M = codes.shape
+    kj = np.asarray([int(k) for k in n_labels], dtype=np.int64)
+    K = int(n_clusters)
+    if len(kj) != M:
+        raise ValueError(f"labels has {M} columns but n_labels has {len(kj)}")
+    if codes.size and (codes.max(axis=0) >= kj).any():
+        raise ValueError("a label code is >= its column's n_labels")
+    if isinstance(label_prior, torch.Tensor) or isinstance(weight_prior, torch.Tensor):
+        raise TypeError("mm_potential takes numeric priors; a tensor prior (hyper-prior "
+                        "from a wrapping model) needs traced_potential")
+    if dtype != torch.float64:
+        raise ValueError("the hand-written MM potential is float64 (NUTS needs it)")
+    a, b = float(label_prior), float(weight_prior)
+    lg = math.lgamma
+    const = lg(K * b) - K * lg(b) + sum(K * (lg(k * a) - k * lg(a)) for k in kj)
+    u_off, _ = parameter_layout(kj, K)
+    names = ["pi"] + [f"theta_{j}" for j in range(M)]
+    shapes = [torch.Size([K - 1])] + [torch.Size([K, int(k) - 1]) for k in kj]
+    simplex = biject_to(constraints.simplex)
+    transforms = {n: simplex.inv for n in names}
+    P = int(u_off[-1])
+
+    def flat_value_and_grad(u, jacobian=True):
+        grad = np.empty(P)
+        return mm_value_and_grad(u, codes, kj, K, a, b, const, grad, jacobian), grad
+
+    def split(value, grad):
+        g = torch.from_numpy(grad)
+        return (torch.tensor(value, dtype=torch.float64),
+                tuple(g[u_off[i]:u_off[i + 1]].view(s) for i, s in enumerate(shapes)))
+
+    def value_and_grad(*parts):
+        u = np.concatenate([p.reshape(-1).numpy() for p in parts])
+        return split(*flat_value_and_grad(u))
+
+    def map_value_and_grad(*parts):
+        u = np.concatenate([p.reshape(-1).numpy() for p in parts])
+        return split(*flat_value_and_grad(u, jacobian=False))
+
+    def init(generator=None):
+        g = generator if generator is not None else np.random.default_rng()
+        vals = [g.dirichlet(np.full(K, b))] + [g.dirichlet(np.full(int(k), a), size=K)
+                                                for k in kj]
+        return {n: simplex.inv(torch.as_tensor(v, dtype=torch.float64).clamp_min(1e-300))
+                for n, v in zip(names, vals)}
+
+    return FlatPotential(names, shapes, transforms, value_and_grad, "hand-written", init,
+                         map_value_and_grad)

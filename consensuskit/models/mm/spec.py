@@ -124,6 +124,18 @@ def model(
     return torch.stack(xs, dim=-1)
 
 
+def _hand_written_potential(labels, **model_kwargs):
+    """:func:`consensuskit.models.mm.potential.mm_potential` (numba; imported on first use)."""
+    from consensuskit.models.mm.potential import mm_potential
+
+    return mm_potential(labels, **model_kwargs)
+
+
+#: The spec's collapsed potential with its gradient by hand, which
+#: :func:`consensuskit.inference.compiled_potential.build_potential` uses for NUTS and MAP.
+model.potential = _hand_written_potential
+
+
 def map_guide(
     labels=None,
     *,
