@@ -298,3 +298,22 @@ def test_degenerate_restarts_are_discarded():
                 max_iter=200).fit(tr)
     assert d.degenerate_
     assert d.perplexity(te) > 1.03 * k.perplexity(te)
+
+
+def test_seeded_init_is_a_label_distribution_and_recovers_planted_beta(rng):
+    """init="seeded": beta rows are distributions per column, and the fit from it reaches
+    the planted beta as closely as test_planted_recovery asks of the default init."""
+    X, alpha, betas = planted(rng, N=2000, M=30, K=3, k=4, a=0.2)
+    ens = Ensemble.from_labels(X)
+    b0 = cavi.init_beta_seeded(ens, 3, np.random.RandomState(0))
+    assert b0.shape == (3, ens.n_total_labels) and (b0 > 0).all()
+    for j in range(ens.n_partitions):
+        np.testing.assert_allclose(b0[:, ens.offsets[j]:ens.offsets[j + 1]].sum(1), 1.0)
+    m = BCE(3, init="seeded", alpha_estimate="meanfield", random_state=0).fit(X)
+    est = _full_beta(m, 4)
+    true = np.concatenate(betas, axis=1)
+    cost = np.abs(est[:, None, :] - true[None, :, :]).sum(-1)
+    r, c = linear_sum_assignment(cost)
+    err = np.abs(est[r] - true[c])
+    assert err.mean() < 0.025 and err.max() < 0.1, (err.mean(), err.max())
+    assert m.converged_ and not m.degenerate_

@@ -25,13 +25,65 @@ import numpy as np
 import scipy.sparse as sp
 
 __all__ = [
-    "Ensemble", "LabelData", "as_ensemble", "sample_pairs", "MISSING", "DENSE_COASSOCIATION_LIMIT",
+    "Ensemble", "LabelData", "as_ensemble", "sample_pairs", "code_dtype", "MISSING",
+    "DENSE_COASSOCIATION_LIMIT",
 ]
 
 #: Code of a missing label in :attr:`Ensemble.codes`.
 MISSING = -1
 #: Largest N for which :meth:`Ensemble.coassociation` builds dense N x N arrays.
 DENSE_COASSOCIATION_LIMIT = 20_000
+
+
+def code_dtype(n_labels) -> np.dtype:
+    """Smallest signed integer type holding codes ``-1..max(n_labels)-1`` (int8 up to 128
+    labels per column): the type :attr:`Ensemble.codes` is stored in."""
+    top = int(np.max(n_labels)) - 1 if np.size(n_labels) else 0
+    for t in (np.int8, np.int16, np.int32):
+        if top <= np.iinfo(t).max:
+            return np.dtype(t)
+    return np.dtype(np.int64)
+
+
+def _code_integer_columns(A: np.ndarray):
+    """Re-code an integer (N, M) array one column at a time (no (N, M) int64 copy).
+
+    Returns ``(codes, n_labels, categories)`` with ``codes`` Fortran-ordered in
+    :func:`code_dtype`; raises like :func:`labels_to_int` on labels below -1.
+    Peak extra memory: the codes plus a few columns' temporaries.
+    """
+    N, M = A.shape
+    cats = []
+    n_labels = np.empty(M, dtype=np.int64)
+    # pass 1: the categories of every column (needed for the codes' type)
+    for j in range(M):
+        col = A[:, j]
+        if A.dtype.kind == "i":
+            bad = col < -1
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(
+                    f"label at row {i}, column {j} is {col[i]}; negative labels are not "
+                    "allowed except -1, which marks a missing label")
+            obs = col >= 0
+        else:
+            obs = None
+        vals = col if obs is None else col[obs]
+        uniq = np.unique(vals).astype(np.int64)
+        cats.append(uniq)
+        n_labels[j] = uniq.size
+    dtype = code_dtype(n_labels)
+    codes = np.empty((N, M), dtype=dtype, order="F")
+    for j in range(M):
+        col = A[:, j]
+        uniq = cats[j]
+        if A.dtype.kind == "i":
+            obs = col >= 0
+            pos = np.searchsorted(uniq, col).astype(dtype, copy=False)
+            codes[:, j] = np.where(obs, pos, dtype.type(MISSING))
+        else:
+            codes[:, j] = np.searchsorted(uniq, col)
+    return codes, n_labels, tuple(cats)
 
 
 def _to_numpy(X) -> np.ndarray:
@@ -134,6 +186,26 @@ def _object_to_float(A: np.ndarray) -> np.ndarray:
     return out
 
 
+def _check_observed(codes: np.ndarray, allow_missing_rows: bool) -> None:
+    """Raise on a column (always) or a row (unless allowed) with no observed label."""
+    empty_cols = [j for j in range(codes.shape[1]) if not (codes[:, j] >= 0).any()]
+    if empty_cols:
+        raise ValueError(
+            f"base clustering (column) {empty_cols[0]} has no observed label "
+            f"({len(empty_cols)} such column(s)); remove it"
+        )
+    if not allow_missing_rows:
+        seen = np.zeros(codes.shape[0], dtype=bool)
+        for j in range(codes.shape[1]):
+            seen |= codes[:, j] >= 0
+        if not seen.all():
+            empty_rows = np.flatnonzero(~seen)
+            raise ValueError(
+                f"row {empty_rows[0]} has no observed label in any base clustering "
+                f"({empty_rows.size} such row(s)); remove it or give it a label"
+            )
+
+
 def labels_to_int(A: np.ndarray) -> np.ndarray:
     """Validate a 2-D label array and return int64 labels with -1 for missing."""
     if A.dtype == object:
@@ -191,10 +263,13 @@ class Ensemble:
 
     Attributes
     ----------
-    codes : ndarray of int64, shape (n_samples, n_partitions)
+    codes : ndarray of signed integers, shape (n_samples, n_partitions)
         Label of point ``i`` in base clustering ``j``, re-coded to
-        ``0..n_labels[j]-1``; ``-1`` where missing.  Stored column-major
-        (Fortran order) so that each base clustering is contiguous over N.
+        ``0..n_labels[j]-1``; ``-1`` where missing.  Stored once, in the smallest
+        signed integer type that holds the codes (:func:`code_dtype`: int8 up to 128
+        labels per column), column-major (Fortran order) so that each base clustering
+        is contiguous over N.  Cast (``codes.astype(np.int64)``) where an int64 copy is
+        needed.
     n_labels : ndarray of int64, shape (n_partitions,)
         Number of distinct labels ``k_j`` of each base clustering.
     categories : tuple of ndarray
@@ -252,6 +327,11 @@ class Ensemble:
             raise ValueError(
                 f"labels are empty: {what}; need at least one sample and one base clustering"
             )
+        if A.dtype.kind in "iu" and A.dtype != np.uint64:
+            # integer input: re-coded a column at a time, no (N, M) int64 copy
+            codes, n_labels, cats = _code_integer_columns(A)
+            _check_observed(codes, allow_missing_rows)
+            return cls(codes=codes, n_labels=n_labels, categories=cats)
         L = labels_to_int(A)
         observed = L >= 0
         empty_cols = np.flatnonzero(~observed.any(axis=0))
@@ -268,16 +348,16 @@ class Ensemble:
                     f"({empty_rows.size} such row(s)); remove it or give it a label"
                 )
         N, M = L.shape
-        codes = np.full((N, M), MISSING, dtype=np.int64, order="F")
         cats = []
         n_labels = np.empty(M, dtype=np.int64)
         for j in range(M):
-            col = L[:, j]
-            obs = col >= 0
-            uniq, inv = np.unique(col[obs], return_inverse=True)
-            codes[obs, j] = inv
+            uniq = np.unique(L[L[:, j] >= 0, j])
             cats.append(uniq)
             n_labels[j] = uniq.size
+        codes = np.full((N, M), MISSING, dtype=code_dtype(n_labels), order="F")
+        for j in range(M):
+            obs = L[:, j] >= 0
+            codes[obs, j] = np.searchsorted(cats[j], L[obs, j])
         return cls(codes=codes, n_labels=n_labels, categories=tuple(cats))
 
     def encode(self, X, *, unknown: str = "error") -> Ensemble:
@@ -305,7 +385,7 @@ class Ensemble:
         if A.shape[0] == 0:
             raise ValueError("X has no rows")
         L = labels_to_int(A)
-        codes = np.full(L.shape, MISSING, dtype=np.int64, order="F")
+        codes = np.full(L.shape, MISSING, dtype=self.codes.dtype, order="F")
         for j in range(self.n_partitions):
             col = L[:, j]
             obs = np.flatnonzero(col >= 0)
@@ -395,8 +475,12 @@ class Ensemble:
         This is the KCC paper's ``binIDX``: O(N*M) memory instead of the
         ``N x sum_j k_j`` binary matrix.
         """
-        idx = self.codes + self.offsets[:-1][None, :]
-        return np.where(self.codes >= 0, idx, MISSING)
+        out = np.empty(self.codes.shape, dtype=np.int64, order="F")
+        for j, off in enumerate(self.offsets[:-1]):  # a column at a time: no temporaries
+            col = self.codes[:, j]
+            np.add(col, np.int64(off), out=out[:, j])  # int64 arithmetic
+            out[col < 0, j] = MISSING
+        return out
 
     def label_data(self, device="cpu", dtype=None) -> LabelData:
         """The labels laid out for the engines (built once per device and dtype, cached).
@@ -584,14 +668,25 @@ class LabelData:
 
         dtype = torch.float64 if dtype is None else dtype
         L = ensemble.n_total_labels
-        gidx = ensemble.offset_index()
-        gidx = np.where(gidx >= 0, gidx, L)
-        idx = torch.as_tensor(np.ascontiguousarray(gidx.T), device=device)
-        obs = ensemble.codes >= 0
-        mask = None
-        if not obs.all():
-            mask = torch.as_tensor(np.ascontiguousarray(obs.T), device=device, dtype=dtype)
-        V = torch.as_tensor(obs.sum(axis=1), device=device, dtype=dtype)
+        codes = ensemble.codes
+        N, M = codes.shape
+        # filled a column at a time: no (N, M) temporaries beside the two results
+        gidx = np.empty((M, N), dtype=np.int64)
+        counts = np.zeros(N, dtype=np.int32)
+        missing = ensemble.has_missing
+        mask_np = np.empty((M, N), dtype=torch.empty(0, dtype=dtype).numpy().dtype) \
+            if missing else None
+        for j, off in enumerate(ensemble.offsets[:-1]):
+            col = codes[:, j]
+            obs = col >= 0
+            np.add(col, np.int64(off), out=gidx[j])
+            gidx[j, ~obs] = L
+            counts += obs
+            if missing:
+                mask_np[j] = obs
+        idx = torch.as_tensor(gidx, device=device)
+        mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)
+        V = torch.as_tensor(counts, device=device, dtype=dtype)
         return cls(idx=idx, mask=mask, n_observed_rows=V, offsets=ensemble.offsets,
                    n_labels=np.asarray(ensemble.n_labels))
 

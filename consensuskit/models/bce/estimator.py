@@ -69,12 +69,15 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         Restarts; the one with the best bound is kept, non-degenerate ones first.
     inner_iter : int, default 5
         (phi, gamma) passes per EM iteration, warm-started from the previous gamma.
-    init : {"kmeans", "random"}
+    init : {"kmeans", "seeded", "random"}
         ``"kmeans"``: beta from k-means on the one-hot labels (a different seed per
-        restart); ``"random"``: flat-Dirichlet beta, as the authors' code.  Random
-        starts run into the degenerate optimum (alpha growing without bound) more
-        often; such runs are detected (``sum(alpha) > 10 * max_i V_i``, ``V_i`` the
-        number of labels of row i) and discarded in favour of non-degenerate restarts.
+        restart); ``"seeded"``: k-means++ seeding and two assignment steps on 2,000
+        sampled rows (:func:`~consensuskit.models.bce.cavi.init_beta_seeded`; cost
+        independent of N, about one E-step on those rows); ``"random"``: flat-Dirichlet
+        beta, as the authors' code.  Random starts run into the degenerate optimum
+        (alpha growing without bound) more often; such runs are detected
+        (``sum(alpha) > 10 * max_i V_i``, ``V_i`` the number of labels of row i) and
+        discarded in favour of non-degenerate restarts.
     smoothing : float, default 1e-6
         Pseudo-count added to the expected label counts in the beta update.
     alpha_estimate : {"gibbs", "meanfield", "iw"} or None, default None
@@ -231,7 +234,7 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
                            "row")
     _parameter_checks = {
         "inference": OneOf("cavi", "svi", "nuts"),
-        "init": OneOf("kmeans", "random"),
+        "init": OneOf("kmeans", "seeded", "random"),
         "alpha_estimate": OneOf(None, "gibbs", "iw", "meanfield"),
         "n_sweeps": Integer(1),
         "log_likelihood_method": OneOf("auto", "exact", "is"),
@@ -267,6 +270,8 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         one call per restart, in the order of the restarts."""
         if self.init == "kmeans":
             return cavi.init_beta_kmeans(ensemble, K, rs, n_jobs=self._threads())
+        if self.init == "seeded":
+            return cavi.init_beta_seeded(ensemble, K, rs)
         return cavi.init_beta_random(ensemble, K, rs)
 
     def _threads(self):

@@ -164,6 +164,19 @@ def _split_theta(theta, n_labels, K, device):
     return blocks
 
 
+def _hand_written_potential(labels, **model_kwargs):
+    """:func:`consensuskit.models.mm.potential.mm_potential` (numba; imported on first use)."""
+    from consensuskit.models.mm.potential import mm_potential
+
+    return mm_potential(labels, **model_kwargs)
+
+
+#: The spec's collapsed potential with its gradient by hand, which
+#: :func:`consensuskit.inference.compiled_potential.build_potential` uses for NUTS and MAP.
+model.potential = _hand_written_potential
+_hand_written_potential.sampled_sites = ("pi", "theta")
+
+
 def map_guide(
     labels=None,
     *,
