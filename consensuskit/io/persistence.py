@@ -43,7 +43,6 @@ refused, unread; ``load(path, trust=True)`` reads one *only* if you trust its so
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib
 import io
