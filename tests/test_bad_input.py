@@ -35,6 +35,19 @@ def _with(value, i=0, j=0, dtype=float):
     return X
 
 
+def _names_with(value, i, j):
+    """GOOD as cluster names ("c0", "c1", ...) with ``value`` at ``(i, j)``."""
+    X = np.array([[f"c{v}" for v in row] for row in GOOD], dtype=object)
+    X[i, j] = value
+    return X
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
 @dataclass
 class Case:
     """One kind of bad input: what is passed, and what the error must say."""
@@ -106,11 +119,39 @@ DATA_CASES = [
         lambda n: _with(1.5, 3, 1),
     ),
     Case(
-        "string",
-        "string labels",
+        "string-nul",
+        "a cluster name with a NUL byte",
         ValueError,
-        r"labels are strings.*row 0, column 0 is .a.",
-        lambda n: np.array([["a", "b", "c"]] * 8),
+        r"row 2, column 1 contains a NUL byte",
+        lambda n: _names_with("b\x00", 2, 1),
+    ),
+    Case(
+        "string-newline",
+        "a cluster name with a line break",
+        ValueError,
+        r"row 3, column 0 contains a line break",
+        lambda n: _names_with("a\nb", 3, 0),
+    ),
+    Case(
+        "string-empty",
+        "an empty string as a cluster name",
+        ValueError,
+        r"row 1, column 2 is the empty string",
+        lambda n: _names_with("", 1, 2),
+    ),
+    Case(
+        "torch-meta",
+        "a torch tensor on the meta device (no values)",
+        ValueError,
+        r"'meta' device",
+        lambda n: _torch().empty(8, 3, device="meta"),
+    ),
+    Case(
+        "memoryview-1d",
+        "a 1-D memoryview",
+        ValueError,
+        r"2-D.*1-D",
+        lambda n: memoryview(np.ascontiguousarray(GOOD[:, 0])),
     ),
     Case(
         "mixed-string",
@@ -474,3 +515,61 @@ def test_cli_bad_input(tmp_path, capsys, build, match):
     assert code != 0
     assert re.search(match, err), err
     assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------- read correctly
+def _same_partitions(a, b):
+    from sklearn.metrics import adjusted_rand_score
+
+    return adjusted_rand_score(a, b) == 1.0
+
+
+@pytest.mark.parametrize("kind", ["names", "pandas-str", "pandas-categorical", "uint64-big",
+                                  "masked", "bfloat16", "memoryview", "object-big-int"])
+def test_labels_as_users_hold_them_are_read_correctly(kind):
+    """Inputs that were refused or silently misread now mean what they say: each gives
+    the same codes as the integer matrix GOOD (missing where the input says missing)."""
+    import pandas as pd
+    import torch
+
+    from consensuskit import Ensemble
+
+    want = GOOD.copy()
+    names = np.array([[f"c{v}" for v in row] for row in GOOD], dtype=object)
+    if kind == "names":
+        X = names.astype(str)
+    elif kind == "pandas-str":
+        X = pd.DataFrame(names, columns=["a", "b", "c"])
+        X.iloc[2, 1] = None
+        want = np.where((np.arange(8)[:, None] == 2) & (np.arange(3) == 1), -1, want)
+    elif kind == "pandas-categorical":
+        X = pd.DataFrame({c: pd.Categorical(names[:, j]) for j, c in enumerate("abc")})
+    elif kind == "uint64-big":
+        X = GOOD.astype(np.uint64) + np.uint64(2**63)
+    elif kind == "masked":
+        X = np.ma.masked_array(GOOD, mask=np.arange(24).reshape(8, 3) == 7)
+        want = np.where(np.arange(24).reshape(8, 3) == 7, -1, want)
+    elif kind == "bfloat16":
+        X = torch.tensor(GOOD, dtype=torch.bfloat16)
+    elif kind == "memoryview":
+        X = memoryview(np.ascontiguousarray(GOOD))
+    else:  # Python ints beyond float64's exact range: not rounded together
+        X = GOOD.astype(object) * (2**60) + 1
+    got = Ensemble.from_labels(X)
+    ref = Ensemble.from_labels(want)
+    np.testing.assert_array_equal(got.codes, ref.codes)
+    if kind == "pandas-str":  # the fit works and predicts the frame's own rows
+        est = make("BCE").fit(X)
+        np.testing.assert_array_equal(est.predict(X), est.labels_)
+        assert list(est.ensemble_.categories[0]) == ["c0", "c1"]
+
+
+def test_named_new_rows_unseen_and_mixed():
+    names = np.array([[f"c{v}" for v in row] for row in GOOD], dtype=object)
+    est = make("MM").fit(names)
+    with pytest.raises(ValueError, match="label 'zz' at row 0, column 1 was not seen"):
+        est.predict(np.array([["c0", "zz", "c5"]], dtype=object))
+    with pytest.raises(ValueError, match="was not seen"):  # the integer 0 is not the name c0
+        est.predict(np.array([[0, "c1", "c5"]], dtype=object))
+    with pytest.raises(ValueError, match="row 4, column 2 is 'x'.*column of numbers"):
+        make("MM").fit(_with("x", 4, 2, dtype=object))

@@ -48,13 +48,18 @@ def _to_numpy(X) -> np.ndarray:
             "labels must be a 2-D array-like of shape (n_samples, n_partitions); "
             f"got {type(X).__name__}"
         )
-    try:  # torch without importing it eagerly
-        import torch
-
-        if isinstance(X, torch.Tensor):
-            return X.detach().cpu().numpy()
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
+    if isinstance(X, np.ma.MaskedArray):  # masked entries are missing labels
+        A = np.ma.getdata(X).astype(object)
+        A[np.ma.getmaskarray(X)] = None
+        return A
+    if isinstance(X, memoryview):
+        try:
+            return np.asarray(X)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"labels given as a memoryview of format {X.format!r} that numpy "
+                            f"cannot read ({exc}); pass a numpy array") from None
+    if type(X).__module__.startswith("torch"):
+        return _tensor_to_numpy(X)
     if hasattr(X, "to_numpy") and hasattr(X, "columns"):  # pandas DataFrame
         return X.to_numpy(dtype=object, na_value=np.nan) if _has_pandas_na(X) else X.to_numpy()
     if isinstance(X, (str, bytes)) or np.isscalar(X):
@@ -64,7 +69,36 @@ def _to_numpy(X) -> np.ndarray:
     if _is_ragged_or_mixed(X):
         _check_not_ragged(X)
         return np.asarray(X, dtype=object)
-    return np.asarray(X)
+    A = np.asarray(X)
+    if A.dtype.kind in "US" and not isinstance(X, np.ndarray):
+        # numpy turns [[0, 1], [1, "a"]] into strings: keep the numbers numbers
+        return np.asarray(X, dtype=object)
+    return A
+
+
+def _tensor_to_numpy(X) -> np.ndarray:
+    """A torch tensor's values as numpy: on the CPU, bfloat16/float16 widened exactly to
+    float32, a tensor without data (device "meta") refused."""
+    import torch
+
+    if not isinstance(X, torch.Tensor):
+        return np.asarray(X)
+    if X.device.type == "meta":
+        raise ValueError("labels are a torch tensor on the 'meta' device, which has a shape "
+                         f"{tuple(X.shape)} but no values; materialise it first")
+    if X.is_sparse or X.layout != torch.strided:
+        raise TypeError(f"sparse torch tensors ({X.layout}) are not supported: pass a dense "
+                        "label matrix (missing labels as -1 or NaN)")
+    X = X.detach().cpu()
+    if X.is_complex():
+        raise ValueError(f"Complex data not supported: labels must be integers; got {X.dtype}")
+    if X.dtype in (torch.bfloat16, torch.float16):
+        X = X.to(torch.float32)  # exact: every bfloat16/float16 value is a float32
+    try:
+        return X.numpy()
+    except TypeError as exc:  # a dtype numpy lacks (e.g. quantized, float8)
+        raise TypeError(f"labels are a torch tensor of dtype {X.dtype}, which numpy cannot "
+                        f"hold ({exc}); convert it to an integer or float dtype") from None
 
 
 def _check_not_ragged(X) -> None:
@@ -134,6 +168,120 @@ def _object_to_float(A: np.ndarray) -> np.ndarray:
     return out
 
 
+def _is_name(v) -> bool:
+    return isinstance(v, (str, np.str_, bytes, np.bytes_))
+
+
+def _check_name(v, i, j) -> None:
+    text = v.decode("utf-8", "replace") if isinstance(v, (bytes, np.bytes_)) else str(v)
+    if text == "":
+        raise ValueError(f"label at row {i}, column {j} is the empty string; mark a missing "
+                         "label with None, NaN or -1")
+    if "\x00" in text:
+        raise ValueError(f"label at row {i}, column {j} contains a NUL byte ({text!r}): not a "
+                         "cluster name; check how the labels were read")
+    if "\n" in text or "\r" in text:
+        raise ValueError(f"label at row {i}, column {j} contains a line break ({text!r}): not "
+                         "a cluster name; check how the labels were read")
+
+
+def _labels_and_names(A: np.ndarray):
+    """``(L, names)``: int64 labels (-1 missing) and, per column, None (integer labels,
+    kept as they are) or the sorted distinct original values of a column of *names*
+    (strings, or integers beyond int64), which ``L`` then holds as codes ``0..k-1``.
+
+    Columns of names are recoded one by one, as the command line does for a CSV file:
+    a pandas frame of cluster names, a string array or an object array of strings
+    work.  A column that mixes names and numbers is refused (naming the first name)."""
+    if A.dtype.kind == "u" and A.size and A.max() > np.iinfo(np.int64).max:
+        return _recode_columns(A.astype(object), [
+            bool((A[:, j] > np.iinfo(np.int64).max).any()) for j in range(A.shape[1])])
+    if A.dtype.kind in "US":
+        # text, as in a file: a column of integers written as text is integer labels,
+        # a column with any other text is names (the command line's rule)
+        A = A.astype(object)
+        named = []
+        for j in range(A.shape[1]):
+            ints = [_int_text(v) for v in A[:, j]]
+            if all(v is not None for v in ints):
+                A[:, j] = ints
+                named.append(False)
+            else:
+                named.append(True)
+        return _recode_columns(A, named)
+    if A.dtype == object:
+        named = []
+        for j in range(A.shape[1]):
+            col = A[:, j]
+            is_name = np.fromiter((_is_name(v) for v in col), bool, col.size)
+            if is_name.any():
+                not_name = np.fromiter((not _is_name(v) and not _is_missing_scalar(v)
+                                        for v in col), bool, col.size)
+                if not_name.any():
+                    i = int(np.flatnonzero(is_name)[0])
+                    raise ValueError(
+                        f"label at row {i}, column {j} is {col[i]!r} of type "
+                        f"{type(col[i]).__name__} in a column of numbers (row "
+                        f"{int(np.flatnonzero(not_name)[0])}: {col[not_name][0]!r}); a column "
+                        "holds either integer labels or names, not both")
+            # integers a float64 cannot hold exactly are recoded as names, not rounded
+            big = np.fromiter((isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                               and abs(int(v)) > 2**53 for v in col), bool, col.size)
+            named.append(bool(is_name.any() or big.any()))
+        if any(named):
+            return _recode_columns(A, named)
+    return _labels_to_int(A), None
+
+
+def _int_text(v):
+    """The integer written as text ``v`` ("3", "-1", b"7"), or None."""
+    try:
+        text = v.decode() if isinstance(v, (bytes, np.bytes_)) else str(v)
+        if text.strip() != text or text == "":
+            return None
+        return int(text)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _recode_columns(A: np.ndarray, named):
+    """Recode the ``named`` columns of object array ``A`` to ``0..k-1`` (sorted values)."""
+    N, M = A.shape
+    L = np.empty((N, M), dtype=np.int64)
+    names = []
+    for j in range(M):
+        col = A[:, j]
+        if not named[j]:
+            L[:, j] = _labels_to_int(col.reshape(-1, 1))[:, 0]
+            names.append(None)
+            continue
+        missing = np.fromiter((_is_missing_scalar(v) for v in col), bool, N)
+        values = {}
+        for i in np.flatnonzero(~missing):
+            v = col[i]
+            if _is_name(v):
+                _check_name(v, i, j)
+            elif isinstance(v, numbers.Integral) and int(v) < -1:
+                raise ValueError(f"label at row {i}, column {j} is {v}; negative labels are "
+                                 "not allowed except -1, which marks a missing label")
+            elif isinstance(v, numbers.Integral) and int(v) == -1:
+                missing[i] = True
+                continue
+            values.setdefault(v, i)
+        try:
+            order = sorted(values)
+        except TypeError:
+            kinds = sorted({type(v).__name__ for v in values})
+            raise ValueError(f"column {j} mixes label types {kinds}; a column holds either "
+                             "integer labels or names") from None
+        lookup = {v: c for c, v in enumerate(order)}
+        L[:, j] = [-1 if missing[i] else lookup[col[i]] for i in range(N)]
+        arr = np.empty(len(order), dtype=object)
+        arr[:] = order
+        names.append(arr)
+    return L, names
+
+
 def _labels_to_int(A: np.ndarray) -> np.ndarray:
     """Validate a 2-D label array and return int64 labels with -1 for missing."""
     if A.dtype == object:
@@ -154,6 +302,10 @@ def _labels_to_int(A: np.ndarray) -> np.ndarray:
         )
     if A.dtype.kind == "b":
         return A.astype(np.int64)
+    if A.dtype.kind == "u" and A.size and A.max() > np.iinfo(np.int64).max:
+        i, j = np.unravel_index(int(np.argmax(A)), A.shape)
+        raise ValueError(f"label at row {i}, column {j} is {A[i, j]}, beyond the int64 range "
+                         "integer labels are held in")
     if A.dtype.kind in "iu":
         L = A.astype(np.int64)
     elif A.dtype.kind == "f":
@@ -252,7 +404,7 @@ class Ensemble:
             raise ValueError(
                 f"labels are empty: {what}; need at least one sample and one base clustering"
             )
-        L = _labels_to_int(A)
+        L, names = _labels_and_names(A)
         observed = L >= 0
         empty_cols = np.flatnonzero(~observed.any(axis=0))
         if empty_cols.size:
@@ -276,7 +428,7 @@ class Ensemble:
             obs = col >= 0
             uniq, inv = np.unique(col[obs], return_inverse=True)
             codes[obs, j] = inv
-            cats.append(uniq)
+            cats.append(uniq if names is None or names[j] is None else names[j][uniq])
             n_labels[j] = uniq.size
         return cls(codes=codes, n_labels=n_labels, categories=tuple(cats))
 
@@ -304,12 +456,15 @@ class Ensemble:
             )
         if A.shape[0] == 0:
             raise ValueError("X has no rows")
-        L = _labels_to_int(A)
+        L, names = _labels_and_names(A)
         codes = np.full(L.shape, MISSING, dtype=np.int64, order="F")
         for j in range(self.n_partitions):
             col = L[:, j]
             obs = np.flatnonzero(col >= 0)
             cats = self.categories[j]
+            if cats.dtype == object or (names is not None and names[j] is not None):
+                self._encode_named(codes, col, obs, j, names, unknown)
+                continue
             pos = np.searchsorted(cats, col[obs])
             pos_c = np.minimum(pos, cats.size - 1)
             hit = cats[pos_c] == col[obs]
@@ -323,8 +478,31 @@ class Ensemble:
             codes[obs[hit], j] = pos_c[hit]
         return Ensemble(codes=codes, n_labels=self.n_labels.copy(), categories=self.categories)
 
+    def _encode_named(self, codes, col, obs, j, names, unknown) -> None:
+        """Codes of column ``j`` of new rows where the fitted or the new column holds names
+        (matched by value: the name "3" is not the integer 3)."""
+        values = col if names is None or names[j] is None else None
+        lookup = {v: c for c, v in enumerate(self.categories[j].tolist())}
+        for i in obs:
+            v = int(values[i]) if values is not None else names[j][col[i]]
+            c = lookup.get(v)
+            if c is None:
+                if unknown == "error":
+                    raise ValueError(
+                        f"label {v!r} at row {i}, column {j} was not seen in this column "
+                        "during fit (pass unknown='missing' to treat it as missing)")
+                continue
+            codes[i, j] = c
+
     def decode(self) -> np.ndarray:
-        """The labels in their original values (int64, -1 missing)."""
+        """The labels in their original values (int64, -1 missing; an object array, None
+        missing, when a column holds names)."""
+        if any(c.dtype == object for c in self.categories):
+            out = np.full(self.codes.shape, None, dtype=object)
+            for j, cats in enumerate(self.categories):
+                obs = self.codes[:, j] >= 0
+                out[obs, j] = cats[self.codes[obs, j]]
+            return out
         out = np.full(self.codes.shape, MISSING, dtype=np.int64)
         for j, cats in enumerate(self.categories):
             obs = self.codes[:, j] >= 0
