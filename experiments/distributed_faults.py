@@ -159,8 +159,10 @@ def main():
     X = data()
     rows = []
     print(f"timeout = {T:g} s; goal: a clear error within {T + 10:g} s, nothing left behind\n")
+    t0 = time.monotonic()
     listen = normal_local_fit(X, T)
-    print(f"normal local fit (3 workers): listening sockets of this session: {listen}\n")
+    print(f"normal local fit (3 workers, 200 iterations, {time.monotonic() - t0:.1f} s): "
+          f"listening sockets of this session: {listen}\n")
     for action in ("kill", "stop"):
         for after, when in ((-1, "start-up"), (2, "mid-fit")):
             el, msg, left = local_case(X, action, after, T)
@@ -171,11 +173,17 @@ def main():
         csv = os.path.join(tmp, "labels.csv")
         pd.DataFrame(X).to_csv(csv, index=False)
         out = os.path.join(tmp, "out.csv")
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import torch, pandas, "
+                        "consensuskit.distributed.launch"], check=True)
+        startup = time.monotonic() - t0
+        print(f"start-up of one hand-launched rank (imports, alone): {startup:.1f} s; three "
+              "start at once on this machine\n")
         port = free_port()
         el, rcs, errs, left, found = hand_launch(csv, out, [0, 1, 2], [3, 3, 3], port, T,
                                                  watch=True)
-        print(f"hand-launched ranks (MASTER_ADDR=127.0.0.1): exit codes {rcs}, listening: "
-              f"{found}\n")
+        print(f"hand-launched ranks (MASTER_ADDR=127.0.0.1, 200 iterations, {el:.1f} s, "
+              f"of which start-up: see 'missing rank'): exit codes {rcs}, listening: {found}\n")
         holder = socket.socket()
         holder.bind(("127.0.0.1", 0))
         holder.listen(1)

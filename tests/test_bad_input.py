@@ -503,7 +503,21 @@ CLI_CASES = [
         r"invalid int value: 'two'",
     ),
     ("directory", lambda t: [*FIT, str(t)], r"directory|not a file|Is a directory"),
+    ("latin1", lambda t: [*FIT, _write_bytes(t, b"a,b\n0,1\n1,caf\xe9\n0,1\n")],
+     r"x\.csv: line 3, byte 6 of the line: not UTF-8 text \(byte 0xe9\)"),
+    ("nul-byte", lambda t: [*FIT, _write_bytes(t, b"0,1\n1,0\x00\n0,1\n")],
+     r"line 2 holds a NUL byte"),
+    ("quoted-newline", lambda t: [*FIT, _write(t, '0,1\n1,"a\nb"\n0,1\n1,c\n')],
+     r"line 2, column 2: a quoted field spans several lines"),
+    ("uneven-semicolons", lambda t: [*FIT, _write(t, "0;1\n1;0;2\n0;1\n1;2\n")],
+     r"hold ';' a different number of times"),
 ]
+
+
+def _write_bytes(tmp_path, data, name="x.csv"):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return str(p)
 
 
 @pytest.mark.parametrize("build, match", [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
@@ -573,3 +587,51 @@ def test_named_new_rows_unseen_and_mixed():
         est.predict(np.array([[0, "c1", "c5"]], dtype=object))
     with pytest.raises(ValueError, match="row 4, column 2 is 'x'.*column of numbers"):
         make("MM").fit(_with("x", 4, 2, dtype=object))
+
+
+# ---------------------------------------------------------------- CLI: read correctly
+@pytest.mark.parametrize("sep", [";", "\t", "|"])
+def test_cli_sniffs_the_separator(tmp_path, capsys, sep):
+    """A ';'- or tab-separated file is read as its columns, not one column of names."""
+    import pandas as pd
+
+    rows = ["a,b,c"] + [",".join(str(v) for v in r) for r in GOOD]
+    comma = _write(tmp_path, "\n".join(rows) + "\n", "comma.csv")
+    other = _write(tmp_path, "\n".join(r.replace(",", sep) for r in rows) + "\n", "o.csv")
+    outs = []
+    for path in (comma, other):
+        out = tmp_path / f"out-{len(outs)}.csv"
+        code, err = _cli(["fit", "--model", "mm", "--n-clusters", "2", path, "-o", str(out)],
+                         capsys)
+        assert code == 0, err
+        outs.append(pd.read_csv(out))
+    assert f"separator {sep!r}" in err
+    pd.testing.assert_frame_equal(outs[0], outs[1])
+
+
+def test_cli_output_is_safe_in_a_spreadsheet(tmp_path, capsys):
+    """Index values that a spreadsheet would run as formulas are written as text."""
+    import pandas as pd
+
+    ids = ['=HYPERLINK("http://x","y")', "+1+1", "@SUM(A1)", "-3", "p4", "=1", "p6", "p7"]
+    lines = ["id,a,b,c"] + [f"{i},{r[0]},{r[1]},{r[2]}" for i, r in zip(ids, GOOD)]
+    path = _write(tmp_path, "\n".join(lines).replace('=HYPERLINK("http://x","y")',
+                                                     '"=HYPERLINK(""http://x"",""y"")"')
+                  + "\n")
+    out = tmp_path / "out.csv"
+    code, err = _cli(["fit", "--model", "mm", "--n-clusters", "2", "--index-col", "id", path,
+                      "-o", str(out)], capsys)
+    assert code == 0, err
+    got = pd.read_csv(out, dtype=str)["id"].tolist()
+    assert got == ["'" + ids[0], "'+1+1", "'@SUM(A1)", "-3", "p4", "'=1", "p6", "p7"]
+
+
+def test_cli_training_perplexity_only_when_asked(tmp_path, capsys):
+    rows = "\n".join(",".join(str(v) for v in r) for r in GOOD) + "\n"
+    path = _write(tmp_path, rows)
+    code, err = _cli(["fit", "--model", "mm", "--n-clusters", "2", path, "-o",
+                      str(tmp_path / "o.csv")], capsys)
+    assert code == 0 and "training perplexity" not in err
+    code, err = _cli(["fit", "--model", "mm", "--n-clusters", "2", "--training-perplexity",
+                      path, "-o", str(tmp_path / "o.csv")], capsys)
+    assert code == 0 and re.search(r"training perplexity \d+\.\d{4}", err), err

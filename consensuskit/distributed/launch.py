@@ -160,6 +160,9 @@ def _collect(procs, results, timeout: float, grace: float = 5.0):
             failed_at = now
         if failed_at is not None and now - failed_at > grace:
             break
+        pending = [r for r in range(P) if r not in ok and r not in errors and r not in exits]
+        if failed_at is not None and pending and all(r in stopped_since for r in pending):
+            break  # a stopped process reports nothing: no reason to wait for it
     left = _end(procs)
     if errors or exits or len(ok) < P:
         lines = []

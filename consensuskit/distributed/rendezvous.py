@@ -74,16 +74,32 @@ def host_store(sock: socket.socket, world_size: int, timeout: float):
 
 
 def connect_store(host: str, port: int, timeout: float):
-    """A client of the store at ``host:port``; RendezvousError if unreachable in time."""
+    """A client of the store at ``host:port``; RendezvousError if it does not answer in
+    ``timeout`` seconds (nothing there, or another program holding the port: torch's
+    client then waits for a handshake without a deadline, so it runs in a thread here)."""
+    import threading
+
     import torch.distributed as dist
 
-    try:
-        return dist.TCPStore(host, int(port), None, False, datetime.timedelta(seconds=timeout))
-    except (RuntimeError, OSError) as exc:  # DistNetworkError / DistStoreError
-        raise RendezvousError(
-            f"could not reach the rendezvous store at {host}:{port} within {timeout:g} s "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-        ) from None
+    out: dict = {}
+
+    def connect():
+        try:
+            out["store"] = dist.TCPStore(host, int(port), None, False,
+                                         datetime.timedelta(seconds=timeout))
+        except (RuntimeError, OSError) as exc:  # DistNetworkError / DistStoreError
+            out["error"] = exc
+
+    th = threading.Thread(target=connect, daemon=True, name="consensuskit-store-connect")
+    th.start()
+    th.join(timeout + 1.0)
+    if "store" in out:
+        return out["store"]
+    exc = out.get("error")
+    why = (f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+           if exc is not None else "no answer; is another program holding that port?")
+    raise RendezvousError(f"could not reach the rendezvous store at {host}:{port} within "
+                          f"{timeout:g} s ({why})")
 
 
 def _mac(token: bytes | None, rank: int, world_size: int) -> str:
@@ -94,6 +110,20 @@ def _mac(token: bytes | None, rank: int, world_size: int) -> str:
 
 def join(store, rank: int, world_size: int, timeout: float, token: bytes | None = None,
          poll: float = 0.02) -> None:
+    """See :func:`_join`; a store that fails under it (its host ended, typically rank 0
+    after its own error) is a RendezvousError too."""
+    try:
+        _join(store, rank, world_size, timeout, token, poll)
+    except RendezvousError:
+        raise
+    except RuntimeError as exc:  # torch's DistError family
+        raise RendezvousError(
+            f"rank {rank}: the rendezvous store stopped answering while the ranks joined "
+            f"(its host ended, usually rank 0 after an error of its own: see that rank's "
+            f"message) ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+
+
+def _join(store, rank, world_size, timeout, token, poll) -> None:
     """Register ``rank`` and wait until the whole world has joined, with checks.
 
     Raises

@@ -74,6 +74,10 @@ def _component_loglik(idx, log_theta):
     return out
 
 
+#: truncations up to this are allowed even above the number of rows (small data sets)
+MAX_TRUNCATION_BELOW_N = 100
+
+
 class NBCE(GenerativeMixin, ConsensusEstimator):
     """Nonparametric Bayesian clustering ensemble: a truncated Dirichlet-process mixture
     of categorical distributions over the base labels of each point.
@@ -222,6 +226,12 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
     # ------------------------------------------------------------------ fit
     def _validate(self, ens):
         T = check_positive_int(self.truncation, "truncation", minimum=2)
+        if T > max(ens.n_samples, MAX_TRUNCATION_BELOW_N):
+            raise ValueError(
+                f"truncation={T} exceeds the {ens.n_samples} rows (and "
+                f"{MAX_TRUNCATION_BELOW_N}): at most one cluster per row can be occupied, and "
+                f"every sweep and table grows with truncation (T x (N + sum k_j) values); use "
+                f"truncation <= {max(ens.n_samples, MAX_TRUNCATION_BELOW_N)}")
         if self.prior not in PRIORS:
             raise ValueError(f"prior must be 'tsb' or 'fsd'; got {self.prior!r}")
         if self.inference not in ("gibbs", "vb", "cvb"):
