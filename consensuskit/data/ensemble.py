@@ -216,6 +216,8 @@ def _labels_and_names(A: np.ndarray):
             is_name = np.fromiter((_is_name(v) for v in col), bool, col.size)
             if is_name.any():
                 not_name = np.fromiter((not _is_name(v) and not _is_missing_scalar(v)
+                                        and not (isinstance(v, numbers.Integral)
+                                                 and int(v) == -1)
                                         for v in col), bool, col.size)
                 if not_name.any():
                     i = int(np.flatnonzero(is_name)[0])

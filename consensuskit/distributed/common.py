@@ -85,10 +85,18 @@ class FaultHook:
     after_iter: int
     action: str = "exit"
     exit_code: int = 17
+    #: a file the hook appends ``time.time()`` to just before it acts (experiments
+    #: measure the time from the fault to the launcher's error)
+    log_path: str | None = None
 
     def __call__(self, rank: int, iteration: int) -> None:
         if rank != self.rank or iteration != self.after_iter:
             return
+        if self.log_path is not None:
+            import time
+
+            with open(self.log_path, "a") as fh:
+                fh.write(f"{time.time()!r}\n")
         if self.action == "exit":
             os._exit(self.exit_code)
         if self.action in ("kill", "stop"):

@@ -174,8 +174,11 @@ def _collect(procs, results, timeout: float, grace: float = 5.0):
             elif r in errors:
                 lines.append(f"rank {r}: {errors[r]}")
             elif r not in ok:
-                why = ("stopped (SIGSTOP)" if r in stopped_since else "still running")
-                lines.append(f"rank {r}: {why} {grace:.0f} s after the first failure; killed")
+                if r in stopped_since:
+                    lines.append(f"rank {r}: stopped (SIGSTOP), so it could not report; killed")
+                else:
+                    lines.append(f"rank {r}: still running {grace:.0f} s after the first "
+                                 "failure; killed")
         if left:
             lines.append(f"ranks {left} could not be ended (kernel did not reap them)")
         raise DistributedFitError(
@@ -594,8 +597,11 @@ def main(argv=None) -> int:
             return _cli_worker(args)
         except (CommError, ValueError, RendezvousError) as exc:
             print(f"rank {os.environ.get('RANK')}: {type(exc).__name__}: {exc}",
-                  file=sys.stderr)
-            return 1
+                  file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            # leave now: torch's store and gloo objects may wait on dead peers (or abort)
+            # in their destructors at interpreter exit
+            os._exit(1)
     # no torchrun: spawn local workers
     import pandas as pd
 

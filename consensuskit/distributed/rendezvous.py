@@ -23,6 +23,7 @@ import hashlib
 import hmac
 import json
 import os
+import secrets
 import socket
 import time
 
@@ -135,7 +136,8 @@ def _join(store, rank, world_size, timeout, token, poll) -> None:
     if not 0 <= rank < world_size:
         raise RendezvousError(f"rank {rank} is outside the world of size {world_size}")
     me = json.dumps({"world_size": world_size, "mac": _mac(token, rank, world_size),
-                     "pid": os.getpid(), "host": socket.gethostname()})
+                     "pid": os.getpid(), "host": socket.gethostname(),
+                     "nonce": secrets.token_hex(8)})
     key = f"{_PREFIX}/rank/{rank}"
     got = store.compare_set(key, "", me)
     got = got.decode() if isinstance(got, bytes) else got
