@@ -12,15 +12,13 @@ from importlib import import_module as _import_module
 from consensuskit import _moved
 from consensuskit.data.ensemble import Ensemble, as_ensemble
 from consensuskit.io import numba_cache as _numba_cache
+from consensuskit.models import family as _family
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "MM": "consensuskit.models.mm.estimator",
-    "BCE": "consensuskit.models.bce.estimator",
-    "GBCE": "consensuskit.models.gbce.estimator",
-    "NBCE": "consensuskit.models.nbce.estimator",
-    "PCC": "consensuskit.models.pcc.estimator",
+#: Public name -> defining module, imported on first use: the model families' estimators
+#: (from their records, :mod:`consensuskit.models.family`), then everything else.
+_LAZY = {f.estimator: f.module for f in _family.families()} | {
     "KCC": "consensuskit.consensus.kcc",
     "CSPA": "consensuskit.consensus.graph",
     "HGPA": "consensuskit.consensus.graph",
@@ -61,9 +59,13 @@ def __getattr__(name):
         return getattr(_import_module(_LAZY[name]), name)
     if name in _SUBMODULES:
         return _import_module(_SUBMODULES[name])
+    for f in _family.families():  # a family registered after import
+        if f.estimator == name:
+            return f.load()
     raise AttributeError(f"module 'consensuskit' has no attribute {name!r}")
 
 
 def __dir__():
     """The public names, lazy ones included, so ``dir()`` and tab completion see them."""
-    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES)
+                  | {f.estimator for f in _family.families()})

@@ -180,8 +180,10 @@ class ConsensusEstimator(ClusterMixin, BaseEstimator):
 
         return load(path, expected_class=cls, trust=trust, allowed=allowed)
 
-    def _encode_new(self, X, unknown: str = "error") -> Ensemble:
-        """Encode rows for fold-in with the coding learned in ``fit``."""
+    def encode(self, X, unknown: str = "error") -> Ensemble:
+        """Rows ``X`` (n, M) coded in the label space learned in ``fit``, as an
+        :class:`Ensemble` (for fold-in and scoring); ``unknown``: a label a column never
+        showed in ``fit`` is an error ("error") or missing ("missing")."""
         check_is_fitted(self, "ensemble_")
         if not isinstance(X, Ensemble):
             shape = np.shape(X) if isinstance(X, np.ndarray) else None
@@ -191,6 +193,8 @@ class ConsensusEstimator(ClusterMixin, BaseEstimator):
                     f"{self.n_features_in_} features as input (the features are base clusterings)"
                 )
         return self.ensemble_.encode(X, unknown=unknown)
+
+    _encode_new = encode  # the name the estimators use internally
 
 
 class GenerativeMixin:
@@ -244,6 +248,12 @@ class GenerativeMixin:
             ens = self._encode_new(X, unknown=unknown)
         ll, var = self._pointwise_log_likelihood(ens)
         return np.asarray(ll, dtype=np.float64), np.sqrt(np.asarray(var, dtype=np.float64))
+
+    def log_likelihood_draws(self):
+        """Training rows' log-likelihood per posterior draw, array (chains, draws, n): one
+        draw of a point estimate; a family with posterior draws supplies them by
+        overriding ``_log_likelihood_draws``."""
+        return self._log_likelihood_draws()
 
     def _log_likelihood_draws(self):
         """Training rows' log-likelihood per posterior draw, (chains, draws, n)."""

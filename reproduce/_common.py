@@ -23,6 +23,7 @@ import sys
 import time
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -55,6 +56,28 @@ def limit_threads():
         torch.set_num_threads(1)
     except ImportError:  # pragma: no cover
         pass
+
+
+#: The papers' published tables, one JSON file per paper (``tables/<paper>.json``).
+TABLES_DIR = Path(__file__).resolve().parent / "tables"
+
+
+def paper_tables(paper: str) -> dict:
+    """The published tables of ``paper`` ("bce", "kcc", "mm", "nbce", "pcc"), read from
+    ``tables/<paper>.json``: table name -> {row key: row}.
+
+    Each table of the file has ``notes`` (what its columns are, transcription notes),
+    ``key`` (the type of its row keys: "str"; "int"; "tuple", written as comma-separated
+    integers such as ``"5,2,10"``) and ``rows``; a row is a list of numbers (``null``:
+    no value in the paper) or, for PCC, a dict statistic -> list.
+    """
+    import json
+
+    doc = json.loads((TABLES_DIR / f"{paper}.json").read_text())
+    parse = {"str": str, "int": int,
+             "tuple": lambda k: tuple(int(v) for v in k.split(","))}
+    return {name: {parse[t["key"]](k): v for k, v in t["rows"].items()}
+            for name, t in doc["tables"].items()}
 
 
 def fmt(value, digits=4):
@@ -298,3 +321,16 @@ def cli_args(mode, out, data, seed, only, repeats=None):
     if only:
         args.append(f"--only {only}")
     return args
+
+
+def start_run(name, title, parts_all, sizes_table, repeat_keys, *, mode, out, data, seed,
+              only, repeats):
+    """What every reproduction's ``run`` does first: one thread, the parts ``--only``
+    selects of ``parts_all``, its :class:`Report` (``name``, ``title``, the options that
+    rerun it) and its sizes (``sizes_table[mode]``, the counts named in ``repeat_keys``
+    overridden by ``--repeats``: :func:`sizes_for`).  Returns ``(report, parts, sizes)``."""
+    limit_threads()
+    parts = parse_only(only, parts_all)
+    rep = Report(name, title, mode, seed, out,
+                 argv=cli_args(mode, out, data, seed, only, repeats))
+    return rep, parts, sizes_for(sizes_table, mode, repeats, repeat_keys)

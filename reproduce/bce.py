@@ -36,17 +36,14 @@ import numpy as np
 
 from reproduce import register
 from reproduce._common import (
-    Report,
-    cli_args,
     fmt,
-    limit_threads,
     line_grid,
     markdown_table,
-    parse_only,
+    paper_tables,
     progress_bar,
     pyplot,
     seeds,
-    sizes_for,
+    start_run,
 )
 from reproduce._methods import SETTINGS, consensus_labels, score_methods
 
@@ -75,91 +72,22 @@ TABLE3_SETS = ["iris", "wdbc", "ionosphere", "glass", "bupa", "pima", "wine", "m
 # Paper Table 3 (a) Maximum MP and (b) Average MP; columns: base k-means, MCLA, CSPA,
 # HGPA, MM, k-means (consensus), BCE.  None = "x" in the paper (CSPA did not finish).
 _T3_COLS = ["base k-means", "MCLA", "CSPA", "HGPA", "MM", "k-means", "BCE"]
-PAPER_TABLE3_MAX = {
-    "iris": [0.8867, 0.8867, 0.9533, 0.7333, 0.9067, 0.5267, 0.9600],
-    "wdbc": [0.8541, 0.8840, 0.8840, 0.5518, 0.8840, 0.8840, 0.8893],
-    "ionosphere": [0.7123, 0.7123, 0.6952, 0.6353, 0.7179, 0.7094, 0.7749],
-    "glass": [0.5421, 0.5187, 0.4393, 0.4439, 0.5748, 0.5093, 0.6121],
-    "bupa": [0.4841, 0.5652, 0.5710, 0.5188, 0.5710, 0.5565, 0.5942],
-    "pima": [0.6602, 0.6602, 0.5065, 0.5260, 0.6654, 0.6029, 0.7044],
-    "wine": [0.6629, 0.7247, 0.7416, 0.5562, 0.7247, 0.4775, 0.7247],
-    "magic04": [0.6491, 0.6491, None, 0.6491, 0.6530, 0.6491, 0.6531],
-    "balance": [0.5936, 0.5216, 0.5408, 0.4256, 0.6016, 0.5824, 0.5968],
-    "segmentation": [0.5710, 0.5657, 0.5810, 0.5419, 0.6233, 0.5710, 0.6362],
-    "kdd99": [0.7458, 0.7703, None, 0.6846, 0.7652, 0.7227, 0.7827],  # kdd99-1
-}
-PAPER_TABLE3_AVG = {
-    "iris": [0.6267, 0.8867, 0.9167, 0.7333, 0.8867, 0.5267, 0.8911],
-    "wdbc": [0.7595, 0.8840, 0.8840, 0.5188, 0.8840, 0.8689, 0.8840],
-    "ionosphere": [0.6906, 0.7046, 0.6952, 0.6063, 0.7111, 0.7094, 0.7123],
-    "glass": [0.5140, 0.4766, 0.4393, 0.4234, 0.5519, 0.4363, 0.5526],
-    "bupa": [0.4537, 0.5652, 0.5710, 0.5075, 0.5586, 0.5164, 0.5664],
-    "pima": [0.5751, 0.6602, 0.5065, 0.5163, 0.6503, 0.6029, 0.6612],
-    "wine": [0.5904, 0.7247, 0.7416, 0.5250, 0.7129, 0.4775, 0.7247],
-    "magic04": [0.6252, 0.6491, None, 0.6235, 0.6231, 0.6250, 0.6497],
-    "balance": [0.5114, 0.5188, 0.5408, 0.4256, 0.5514, 0.5824, 0.5293],
-    "segmentation": [0.5574, 0.5657, 0.5810, 0.4543, 0.5817, 0.5142, 0.5854],
-    "kdd99": [0.6281, 0.7689, None, 0.6621, 0.7411, 0.5899, 0.7642],  # kdd99-1
-}
+#: The paper's published tables (``reproduce/tables/bce.json``).
+PAPER = paper_tables("bce")
+
+PAPER_TABLE3_MAX = PAPER["table3_max"]
+PAPER_TABLE3_AVG = PAPER["table3_avg"]
 # Paper Table 4: Mean-D (MM - BCE), sd-MM, sd-BCE, p-value (kdd99 = kdd99-1).
-PAPER_TABLE4 = {
-    "iris": (-0.0402, 0.0221, 0.0103, 0.0026),
-    "wdbc": (-0.0009, 0.0018, 0.0000, 0.3256),
-    "ionosphere": (-0.0013, 0.0024, 0.0000, 0.0169),
-    "glass": (-0.0046, 0.0110, 0.0076, 0.0511),
-    "bupa": (-0.0128, 0.0377, 0.0013, 0.0018),
-    "pima": (-0.0117, 0.0205, 0.0038, 0.0089),
-    "wine": (-0.0240, 0.0290, 0.0119, 0.0239),
-    "magic04": (-0.0010, 0.0023, 0.0014, 0.4127),
-    "balance": (0.0301, 0.0384, 0.0061, 0.9990),
-    "segmentation": (-0.0140, 0.0331, 0.0186, 0.2250),
-    "kdd99": (-0.0120, 0.0207, 0.0091, 0.0382),
-}
+PAPER_TABLE4 = PAPER["table4"]
 
 # Paper Table 5 (k-means, FCM, AP and METIS base clusterings): columns = base k-means,
 # FCM, AP, METIS, then MCLA, CSPA, HGPA, MM, BCE.
 _T5_COLS = ["base k-means", "base FCM", "base AP", "base METIS", "MCLA", "CSPA", "HGPA", "MM",
             "BCE"]
-PAPER_TABLE5_MAX = {
-    "iris": [0.8867, 0.8933, 0.8867, 0.8867, 0.8893, 0.9533, 0.7431, 0.9067, 0.9600],
-    "wdbc": [0.8541, 0.8541, 0.8541, 0.8541, 0.8840, 0.8840, 0.6731, 0.8840, 0.8893],
-    "ionosphere": [0.7123, 0.7123, 0.7094, 0.6806, 0.7046, 0.6952, 0.6782, 0.7179, 0.7655],
-    "glass": [0.5421, 0.5270, 0.5224, 0.5317, 0.5187, 0.4566, 0.4439, 0.5822, 0.6052],
-    "bupa": [0.4841, 0.4548, 0.4537, 0.4541, 0.5524, 0.5710, 0.5234, 0.5710, 0.5855],
-    "pima": [0.6602, 0.6602, 0.6602, 0.6602, 0.6602, 0.5125, 0.5260, 0.6654, 0.7044],
-    "wine": [0.6629, 0.6629, 0.6068, 0.6571, 0.7247, 0.7416, 0.5428, 0.7247, 0.7247],
-    "balance": [0.5936, 0.5612, 0.5091, 0.5621, 0.5112, 0.5408, 0.4452, 0.6016, 0.5848],
-    "segmentation": [0.5710, 0.4356, 0.5710, 0.4524, 0.5657, 0.5810, 0.5419, 0.6233, 0.6362],
-    "chess": [0.4000, 0.5466, 0.5466, 0.4408, 0.5466, 0.5025, 0.5003, 0.5466, 0.5529],
-    "wine quality": [0.4563, 0.4008, 0.3800, 0.3563, 0.4646, 0.3857, 0.3563, 0.4646, 0.5078],
-}
-PAPER_TABLE5_AVG = {
-    "iris": [0.6267, 0.7468, 0.7731, 0.8064, 0.8893, 0.9133, 0.7431, 0.8893, 0.8933],
-    "wdbc": [0.7595, 0.8200, 0.7932, 0.8175, 0.8840, 0.8840, 0.5426, 0.8840, 0.8840],
-    "ionosphere": [0.6906, 0.6906, 0.6721, 0.6538, 0.7046, 0.6952, 0.6104, 0.7088, 0.7141],
-    "glass": [0.5140, 0.4808, 0.4981, 0.5222, 0.4810, 0.4566, 0.4314, 0.5506, 0.5435],
-    "bupa": [0.4537, 0.4461, 0.4431, 0.4260, 0.5524, 0.5710, 0.4862, 0.5586, 0.5478],
-    "pima": [0.5751, 0.5541, 0.5211, 0.5460, 0.6602, 0.5125, 0.5163, 0.6496, 0.6621],
-    "wine": [0.5904, 0.6062, 0.5704, 0.5521, 0.7247, 0.7416, 0.5182, 0.7129, 0.7247],
-    "balance": [0.5114, 0.4804, 0.4966, 0.5072, 0.5091, 0.5408, 0.4451, 0.5552, 0.5301],
-    "segmentation": [0.5574, 0.4238, 0.5437, 0.4097, 0.5657, 0.5810, 0.4543, 0.5817, 0.5854],
-    "chess": [0.3806, 0.4560, 0.4108, 0.4281, 0.5466, 0.5025, 0.4803, 0.5321, 0.5500],
-    "wine quality": [0.2908, 0.3602, 0.3405, 0.3563, 0.4451, 0.3857, 0.3563, 0.4646, 0.4802],
-}
+PAPER_TABLE5_MAX = PAPER["table5_max"]
+PAPER_TABLE5_AVG = PAPER["table5_avg"]
 # Paper Table 6: Mean-D (MM - BCE), sd-MM, sd-BCE, p-value with the mixed base algorithms.
-PAPER_TABLE6 = {
-    "iris": (-0.0104, 0.0182, 0.0204, 0.0047),
-    "wdbc": (-0.0007, 0.0022, 0.0000, 0.2813),
-    "ionosphere": (-0.0058, 0.0061, 0.0002, 0.0081),
-    "glass": (0.0072, 0.0030, 0.0062, 0.9681),
-    "bupa": (0.0110, 0.0224, 0.0021, 0.9961),
-    "pima": (-0.0120, 0.0216, 0.0008, 0.0046),
-    "wine": (-0.0121, 0.0204, 0.0082, 0.0061),
-    "balance": (0.0248, 0.0428, 0.0042, 0.9939),
-    "segmentation": (-0.0040, 0.0271, 0.0092, 0.3145),
-    "chess": (-0.0140, 0.0094, 0.0086, 0.0304),
-    "wine quality": (-0.0172, 0.0006, 0.0024, 0.0112),
-}
+PAPER_TABLE6 = PAPER["table6"]
 #: base algorithms of Tables 5-6 and how many of each in a subset of 20 (the paper's
 #: 500 k-means, 800 FCM, 500 AP and 200 METIS runs out of 2000)
 MIXED = {"k-means": 5, "FCM": 8, "AP": 5, "METIS": 2}
@@ -706,15 +634,12 @@ def _fig7_8(rep, sizes, seed, progress, parts):
 def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
         repeats=None):
     """Run the BCE reproduction; writes ``bce.md``, ``bce.csv`` and figures."""
-    limit_threads()
-    parts = parse_only(only, PARTS)
+    rep, parts, sizes = start_run(
+        "bce", "BCE paper (Wang, Shan & Banerjee 2011): Tables 3-6, Figs. 3-8", PARTS, SIZES,
+        {"subsets": None, "fig3_runs": None, "fig4_runs": None, "fig7_runs": None},
+        mode=mode, out=out, data=data, seed=seed, only=only, repeats=repeats)
     if "table4" in parts and "table3" not in parts:
         parts.insert(0, "table3")
-    rep = Report("bce", "BCE paper (Wang, Shan & Banerjee 2011): Tables 3-6, Figs. 3-8",
-                 mode, seed, out, argv=cli_args(mode, out, data, seed, only, repeats))
-    sizes = sizes_for(SIZES, mode, repeats,
-                      {"subsets": None, "fig3_runs": None, "fig4_runs": None,
-                       "fig7_runs": None})
     sizes["pool"] = sizes["subsets"] * sizes["size"]  # disjoint subsets of the pool
     cache = {}
     if "table3" in parts:

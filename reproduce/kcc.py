@@ -39,16 +39,13 @@ import numpy as np
 
 from reproduce import register
 from reproduce._common import (
-    Report,
     bar_groups,
-    cli_args,
     fmt,
-    limit_threads,
     markdown_table,
-    parse_only,
+    paper_tables,
     progress_bar,
     seeds,
-    sizes_for,
+    start_run,
 )
 
 PARTS = ("table4", "table6_8", "table9_10", "table11_12")
@@ -62,86 +59,30 @@ DATASETS = {
     "pendigits": "pendigits", "satimage": "satimage_4435", "dermatology": "dermatology_358",
     "wine": "wine",
 }
+#: The paper's published tables (``reproduce/tables/kcc.json``).
+PAPER = paper_tables("kcc")
+
 # Table 4: CA of KCC per utility (columns in UTILITIES order; the conversion prints
 # U_LS / NU_I8 for U_L8 / NU_L8).
-PAPER_TABLE4 = {
-    "breast_w": [0.6403, 0.9624, 0.7172, 0.6820, 0.6896, 0.6260, 0.9639, 0.6838, 0.6820, 0.6820],
-    "ecoli": [0.5639, 0.5789, 0.5651, 0.5756, 0.5590, 0.5831, 0.5578, 0.5880, 0.5605, 0.5657],
-    "iris": [0.8940, 0.8973, 0.9000, 0.9000, 0.8940, 0.8933, 0.8907, 0.9000, 0.9000, 0.8880],
-    "pendigits": [0.6526, 0.6584, 0.6837, 0.6422, 0.6520, 0.5947, 0.6443, 0.6833, 0.6600,
-                  0.6533],
-    "satimage": [0.5829, 0.6571, 0.6149, 0.6060, 0.6290, 0.5229, 0.6425, 0.6594, 0.6006,
-                 0.5597],
-    "dermatology": [0.2913, 0.3128, 0.2729, 0.2701, 0.2723, 0.3075, 0.2975, 0.2802, 0.2760,
-                    0.2899],
-    "wine": [0.5135, 0.5247, 0.5180, 0.5112, 0.5112, 0.5208, 0.5079, 0.5219, 0.5157, 0.5152],
-}
+PAPER_TABLE4 = PAPER["table4"]
 # Tables 6 (CA), 7 (NMI), 8 (R_n): KCC, ClusterEnsemble, CLUE, LinkCluE, OpenEnsembles
 # (None = failed in the paper).
 PACKAGES = ["KCC", "ClusterEnsemble", "CLUE", "LinkCluE", "OpenEnsembles"]
-PAPER_TABLE6 = {
-    "breast_w": [0.9624, 0.9528, 0.6579, 0.6544, 0.9585],
-    "ecoli": [0.5789, 0.5361, 0.5557, 0.6892, 0.4767],
-    "iris": [0.8973, 0.9733, 0.8587, 0.8120, 0.8867],
-    "pendigits": [0.6584, 0.6760, 0.6345, 0.2940, None],
-    "satimage": [0.6571, 0.6631, 0.5499, 0.2421, 0.6812],
-    "dermatology": [0.3128, 0.2877, 0.2665, 0.3883, 0.2709],
-    "wine": [0.5247, 0.5056, 0.5270, 0.3815, 0.5000],
-}
-PAPER_TABLE7 = {
-    "breast_w": [0.7558, 0.7153, 0.2022, 0.0009, 0.7361],
-    "ecoli": [0.5941, 0.5898, 0.5811, 0.6200, 0.5947],
-    "iris": [0.7937, 0.9011, 0.7407, 0.7184, 0.7419],
-    "pendigits": [0.6775, 0.6708, 0.5991, 0.4341, None],
-    "satimage": [0.5747, 0.5337, 0.4467, 0.0178, 0.6138],
-    "dermatology": [0.1417, 0.1353, 0.0954, 0.3728, 0.1050],
-    "wine": [0.1697, 0.1613, 0.1622, 0.0899, 0.1338],
-}
-PAPER_TABLE8 = {
-    "breast_w": [0.8537, 0.8176, 0.0932, -0.0001, 0.8391],
-    "ecoli": [0.4230, 0.4075, 0.3932, 0.5265, 0.5286],
-    "iris": [0.7445, 0.9222, 0.6875, 0.6193, 0.7163],
-    "pendigits": [0.5236, 0.5147, 0.4761, 0.0858, None],
-    "satimage": [0.5018, 0.4479, 0.3377, 0.0001, 0.5345],
-    "dermatology": [0.0553, 0.0602, 0.0275, 0.1563, 0.0279],
-    "wine": [0.1497, 0.1454, 0.1490, -0.0010, 0.1254],
-}
+PAPER_TABLE6 = PAPER["table6"]
+PAPER_TABLE7 = PAPER["table7"]
+PAPER_TABLE8 = PAPER["table8"]
 # Tables 9 (VI_n) and 10 (VD_n), same columns; lower is better.  In the converted
 # text each table's rows precede its caption (Table 9's numbers sit just above
 # "Table 9. ... V In", Table 10's just below "Table 10. ... V Dn"), the symbols are
 # split ("V In", "V Dn"), the pendigits OpenEnsembles cell (a "--" failure) is
 # empty, and the TREC row "mm" of Table 10 is printed with Cyrillic letters; the
 # UCI rows used here read cleanly.
-PAPER_TABLE9 = {
-    "breast_w": [0.2442, 0.2848, 0.7979, 0.9976, 0.2639],
-    "ecoli": [0.4079, 0.4129, 0.4213, 0.3969, 0.4064],
-    "iris": [0.2064, 0.0989, 0.2595, 0.2832, 0.2581],
-    "pendigits": [0.3227, 0.3292, 0.4010, 0.6331, None],
-    "satimage": [0.4253, 0.4664, 0.5534, 0.9972, 0.3862],
-    "dermatology": [0.8584, 0.8648, 0.9046, 0.6349, 0.8950],
-    "wine": [0.8303, 0.8387, 0.8378, 0.9231, 0.8662],
-}
-PAPER_TABLE10 = {
-    "breast_w": [0.1087, 0.1419, 0.9087, 0.9992, 0.1221],
-    "ecoli": [0.4323, 0.4493, 0.4367, 0.3690, 0.3933],
-    "iris": [0.1675, 0.0404, 0.2194, 0.2814, 0.1799],
-    "pendigits": [0.3386, 0.3642, 0.3843, 0.6990, None],
-    "satimage": [0.3829, 0.4275, 0.5478, 0.9988, 0.3481],
-    "dermatology": [0.8877, 0.8609, 0.9352, 0.7170, 0.9301],
-    "wine": [0.7399, 0.7500, 0.7355, 0.9927, 0.7586],
-}
+PAPER_TABLE9 = PAPER["table9"]
+PAPER_TABLE10 = PAPER["table10"]
 # Table 11: full execution time, ms per object, KCC (U_c) / LinkCluE / ClusterEnsemble.
-PAPER_TABLE11 = {
-    "breast_w": (0.83, 15.10, 8.58), "ecoli": (1.61, 18.03, 13.56), "iris": (2.00, 23.98, 22.26),
-    "pendigits": (10.55, 3620.00, 103.87), "satimage": (1.25, 59.94, 7.59),
-    "dermatology": (1.11, 16.62, 13.96), "wine": (1.86, 20.32, 19.16),
-}
+PAPER_TABLE11 = PAPER["table11"]
 # Table 12: peak memory (KB), KCC / LinkCluE / ClusterEnsemble.
-PAPER_TABLE12 = {
-    "breast_w": (64, 14204, 15524), "ecoli": (52, 8784, 12628), "iris": (52, 4380, 5240),
-    "pendigits": (127520, 6663344, 6821428), "satimage": (3476, 153968, 134872),
-    "dermatology": (52, 9908, 12800), "wine": (52, 5172, 5700),
-}
+PAPER_TABLE12 = PAPER["table12"]
 
 SIZES = {
     "full": dict(datasets=list(DATASETS), runs=10, r=100),
@@ -352,11 +293,10 @@ def _table11_12(rep, sizes, seed, progress):
 def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
         repeats=None):
     """Run the KCC reproduction; writes ``kcc.md``, ``kcc.csv`` and a figure."""
-    limit_threads()
-    parts = parse_only(only, PARTS)
-    rep = Report("kcc", "KCC paper (Lin et al. 2023): Tables 4, 6-10, 11-12", mode, seed, out,
-                 argv=cli_args(mode, out, data, seed, only, repeats))
-    sizes = sizes_for(SIZES, mode, repeats, {"runs": None})
+    rep, parts, sizes = start_run(
+        "kcc", "KCC paper (Lin et al. 2023): Tables 4, 6-10, 11-12", PARTS, SIZES,
+        {"runs": None},
+        mode=mode, out=out, data=data, seed=seed, only=only, repeats=repeats)
     cache = {}
     rep.add_section(
         "Not reproduced",

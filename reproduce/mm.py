@@ -32,58 +32,28 @@ import numpy as np
 
 from reproduce import register
 from reproduce._common import (
-    Report,
-    cli_args,
     fmt,
-    limit_threads,
     line_grid,
     markdown_table,
-    parse_only,
+    paper_tables,
     progress_bar,
     seeds,
-    sizes_for,
+    start_run,
 )
 
 PARTS = ("table5", "table6", "table7", "table8")
 
 # (H, k) -> [EM, QMI, CSPA, HGPA, MCLA], mean error rate (%)
 METHODS = ["EM", "QMI", "CSPA", "HGPA", "MCLA"]
-PAPER_TABLE5 = {  # Table 5: half-rings
-    (5, 2): [25.4, 25.4, 25.5, 50.0, 25.4], (5, 3): [24.0, 36.8, 26.2, 48.8, 25.1],
-    (10, 2): [26.7, 33.2, 28.6, 50.0, 23.7], (10, 3): [33.5, 39.7, 24.9, 26.0, 24.2],
-    (30, 2): [26.9, 40.6, 26.2, 50.0, 26.0], (30, 3): [29.3, 35.9, 26.2, 27.5, 26.2],
-    (50, 2): [27.2, 32.3, 29.5, 50.0, 21.1], (50, 3): [28.8, 35.3, 25.0, 24.8, 24.6],
-}
-PAPER_TABLE6 = {  # Table 6: 2-spirals
-    (5, 2): [43.5, 43.6, 43.9, 50.0, 43.8], (5, 3): [41.1, 41.3, 39.9, 49.5, 40.5],
-    (5, 5): [41.2, 41.0, 40.0, 43.0, 40.0], (5, 7): [45.9, 45.4, 45.4, 42.4, 43.7],
-    (5, 10): [47.3, 45.4, 47.7, 46.4, 43.9], (10, 2): [43.4, 43.7, 44.0, 50.0, 43.9],
-    (10, 3): [36.9, 40.0, 39.0, 49.2, 41.7], (10, 5): [38.6, 39.4, 38.3, 40.6, 38.9],
-    (10, 7): [46.7, 46.7, 46.2, 43.0, 45.7], (10, 10): [46.7, 45.6, 47.7, 47.1, 42.4],
-    (20, 2): [43.3, 43.6, 43.8, 50.0, 43.9], (20, 3): [40.7, 40.2, 37.1, 49.3, 40.0],
-    (20, 5): [38.6, 39.5, 38.2, 40.0, 38.1], (20, 7): [45.9, 47.6, 46.7, 44.4, 44.2],
-    (20, 10): [48.2, 47.2, 48.7, 47.3, 42.2],
-}
-PAPER_TABLE7 = {  # Table 7: iris
-    (5, 3): [11.0, 14.7, 11.2, 41.4, 10.9], (10, 3): [10.8, 10.8, 11.3, 38.2, 10.9],
-    (15, 3): [10.9, 11.9, 9.8, 42.8, 11.1], (20, 3): [10.9, 14.5, 9.8, 39.1, 10.9],
-    (30, 3): [10.9, 12.8, 7.9, 43.4, 11.3], (40, 3): [11.0, 12.4, 7.7, 41.9, 11.1],
-    (50, 3): [10.9, 13.8, 7.9, 42.7, 11.2],
-}
+#: The paper's published tables (``reproduce/tables/mm.json``).
+PAPER = paper_tables("mm")
+
+PAPER_TABLE5 = PAPER["table5"]
+PAPER_TABLE6 = PAPER["table6"]
+PAPER_TABLE7 = PAPER["table7"]
 # Table 8 (Galaxy, Biochem.): (H, k, missing %) -> (galaxy error %, biochem error %).
 # The converted text ends after (10, 4, 40); the rest of the table is missing.
-PAPER_TABLE8 = {
-    (5, 2, 10): (18.81, 45.18), (5, 2, 20): (18.94, 44.73), (5, 2, 30): (19.05, 45.08),
-    (5, 2, 40): (19.44, 45.64), (5, 2, 50): (19.86, 46.23), (5, 3, 10): (12.95, 43.79),
-    (5, 3, 20): (13.78, 43.89), (5, 3, 30): (14.92, 45.67), (5, 3, 40): (19.58, 47.88),
-    (5, 3, 50): (23.31, 48.41), (5, 4, 10): (11.56, 43.10), (5, 4, 20): (11.98, 43.59),
-    (5, 4, 30): (14.36, 44.50), (5, 4, 40): (17.34, 45.12), (5, 4, 50): (24.47, 45.62),
-    (10, 2, 10): (18.87, 45.14), (10, 2, 20): (18.85, 45.26), (10, 2, 30): (18.86, 45.28),
-    (10, 2, 40): (18.93, 45.13), (10, 2, 50): (19.85, 45.35), (10, 3, 10): (13.44, 44.97),
-    (10, 3, 20): (14.46, 45.20), (10, 3, 30): (14.69, 47.91), (10, 3, 40): (14.40, 47.21),
-    (10, 3, 50): (15.65, 46.92), (10, 4, 10): (11.06, 39.15), (10, 4, 20): (11.17, 37.81),
-    (10, 4, 30): (11.32, 40.41), (10, 4, 40): (15.07, 37.78),
-}
+PAPER_TABLE8 = PAPER["table8"]
 TABLES = {
     "table5": ("half-rings", PAPER_TABLE5, 2),
     "table6": ("2-spirals", PAPER_TABLE6, 2),
@@ -231,11 +201,10 @@ def _table8(rep, sizes, seed, progress):
 def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
         repeats=None):
     """Run the MM reproduction; writes ``mm.md``, ``mm.csv`` and a figure."""
-    limit_threads()
-    parts = parse_only(only, PARTS)
-    rep = Report("mm", "MM paper (Topchy, Jain & Punch 2004): Tables 5-8",
-                 mode, seed, out, argv=cli_args(mode, out, data, seed, only, repeats))
-    sizes = sizes_for(SIZES, mode, repeats, {"runs": None, "t8_runs": None})
+    rep, parts, sizes = start_run(
+        "mm", "MM paper (Topchy, Jain & Punch 2004): Tables 5-8", PARTS, SIZES,
+        {"runs": None, "t8_runs": None},
+        mode=mode, out=out, data=data, seed=seed, only=only, repeats=repeats)
     rep.add_section(
         "Not reproduced",
         "Tables 3 (Galaxy) and 4 (Biochemistry) and the Galaxy/Biochemistry columns of "

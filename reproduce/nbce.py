@@ -31,17 +31,14 @@ import numpy as np
 
 from reproduce import register
 from reproduce._common import (
-    Report,
     bar_groups,
-    cli_args,
     fmt,
-    limit_threads,
     line_grid,
     markdown_table,
-    parse_only,
+    paper_tables,
     progress_bar,
     seeds,
-    sizes_for,
+    start_run,
 )
 from reproduce._methods import consensus_labels
 
@@ -60,44 +57,20 @@ UCI5 = ["Glass", "Ecoli", "ImageSegmentation", "ISOLET", "LetterRecognition"]
 # the base k-means clusterings (the text calls k-means the baseline) -- the
 # conversion garbled this header.
 _T2_COLS = ["base max", "base avg", "CSPA", "HGPA", "MCLA", "NBCE"]
-PAPER_TABLE2 = {
-    "Glass": [0.57, 0.51, 0.66, 0.59, 0.61, 0.69],
-    "Ecoli": [0.61, 0.56, 0.67, 0.65, 0.68, 0.72],
-    "ImageSegmentation": [0.52, 0.42, 0.53, 0.44, 0.59, 0.65],
-    "ISOLET": [0.53, 0.41, 0.59, 0.50, 0.65, 0.66],
-    "LetterRecognition": [0.48, 0.40, 0.49, 0.50, 0.53, 0.62],
-    "Tracedata": [0.49, 0.44, 0.51, 0.62, 0.61, 0.66],
-    "ControlChart": [0.62, 0.56, 0.73, 0.70, 0.67, 0.77],
-}
+#: The paper's published tables (``reproduce/tables/nbce.json``).
+PAPER = paper_tables("nbce")
+
+PAPER_TABLE2 = PAPER["table2"]
 # Table 3: perplexity on the synthetic data at 5/10/15/20 % label noise.
-PAPER_TABLE3 = {
-    "MM": [10.04, 13.27, 17.36, 21.20],
-    "BCE": [7.92, 9.76, 14.22, 18.98],
-    "NBCE": [5.63, 8.31, 11.16, 15.87],
-}
+PAPER_TABLE3 = PAPER["table3"]
 NOISE = [0.05, 0.10, 0.15, 0.20]
 # Tables 4 (training) and 5 (test) perplexity, columns in REAL's order.
-PAPER_TABLE4 = {
-    "MM": [1.02, 1.33, 1.40, 1.63, 2.21, 2.97, 4.34],
-    "BCE": [0.99, 1.10, 1.23, 1.34, 1.98, 2.53, 4.01],
-    "NBCE": [0.77, 0.92, 1.03, 1.24, 1.76, 2.38, 3.63],
-}
-PAPER_TABLE5 = {
-    "MM": [1.15, 1.51, 1.49, 1.72, 2.51, 3.22, 5.56],
-    "BCE": [1.07, 1.39, 1.37, 1.60, 2.33, 2.94, 4.88],
-    "NBCE": [0.98, 1.18, 1.16, 1.47, 1.96, 2.62, 4.58],
-}
+PAPER_TABLE4 = PAPER["table4"]
+PAPER_TABLE5 = PAPER["table5"]
 # Table 6: outlier percentage (points in singleton clusters), TSB vs FSD.
-PAPER_TABLE6 = {
-    "Glass": (3.2, 5.4), "Ecoli": (4.3, 5.1), "ImageSegmentation": (3.2, 3.5),
-    "ISOLET": (2.9, 3.1), "LetterRecognition": (3.3, 3.6),
-}
+PAPER_TABLE6 = PAPER["table6"]
 # Table 7: training perplexity of Gibbs, CVB, VB.
-PAPER_TABLE7 = {
-    "Glass": (0.77, 0.85, 0.91), "Ecoli": (0.92, 0.96, 1.02),
-    "ImageSegmentation": (1.03, 1.06, 1.11), "ISOLET": (1.24, 1.28, 1.30),
-    "LetterRecognition": (1.76, 1.80, 1.88),
-}
+PAPER_TABLE7 = PAPER["table7"]
 
 SIZES = {
     "full": dict(repeats=10, real=list(REAL), uci5=UCI5, T=100, n_samples=200, burn_in=100,
@@ -429,11 +402,10 @@ def _table7(rep, sizes, seed, progress):
 def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
         repeats=None):
     """Run the NBCE reproduction; writes ``nbce.md``, ``nbce.csv`` and figures."""
-    limit_threads()
-    parts = parse_only(only, PARTS)
-    rep = Report("nbce", "NBCE paper (Wang, Domeniconi & Laskey 2010): Tables 2-7",
-                 mode, seed, out, argv=cli_args(mode, out, data, seed, only, repeats))
-    sizes = sizes_for(SIZES, mode, repeats, {"repeats": None})
+    rep, parts, sizes = start_run(
+        "nbce", "NBCE paper (Wang, Domeniconi & Laskey 2010): Tables 2-7", PARTS, SIZES,
+        {"repeats": None},
+        mode=mode, out=out, data=data, seed=seed, only=only, repeats=repeats)
     cache = {}
     if "table3" in parts:
         _table3(rep, sizes, seed, progress)

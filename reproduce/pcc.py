@@ -33,18 +33,20 @@ import numpy as np
 
 from reproduce import register
 from reproduce._common import (
-    Report,
     bar_groups,
-    cli_args,
     fmt,
-    limit_threads,
     markdown_table,
-    parse_only,
+    paper_tables,
     progress_bar,
     seeds,
-    sizes_for,
+    start_run,
 )
-from reproduce._pcc_tables import COLUMNS, TABLES
+
+#: The paper's Tables 4-7 (``reproduce/tables/pcc.json``): table number -> method ->
+#: statistic ("avg", "std", "max", "min"; the deterministic methods "avg" only) -> one
+#: value per column of :data:`COLUMNS`.
+TABLES = {int(name[len("table"):]): rows for name, rows in paper_tables("pcc").items()}
+COLUMNS = ["s-1", "s-2", "r-1", "r-2", "r-3", "r-4", "r-5", "r-6", "r-7"]
 
 PARTS = ("soft", "type1", "type2")  # type1: Tables 4 and 6; type2: Tables 5 and 7
 
@@ -277,11 +279,10 @@ def _tables(rep, sizes, seed, progress, types):
 def run(*, progress=True, mode="full", out="results", data=None, seed=0, only=None,
         repeats=None):
     """Run the PCC reproduction; writes ``pcc.md``, ``pcc.csv`` and figures."""
-    limit_threads()
-    parts = parse_only(only, PARTS)
-    rep = Report("pcc", "PCC paper (Lourenco et al. 2015): Sect. 7.1, Tables 4-7",
-                 mode, seed, out, argv=cli_args(mode, out, data, seed, only, repeats))
-    sizes = sizes_for(SIZES, mode, repeats, {"runs": None, "soft_datasets": None})
+    rep, parts, sizes = start_run(
+        "pcc", "PCC paper (Lourenco et al. 2015): Sect. 7.1, Tables 4-7", PARTS, SIZES,
+        {"runs": None, "soft_datasets": None},
+        mode=mode, out=out, data=data, seed=seed, only=only, repeats=repeats)
     if "soft" in parts:
         _soft(rep, sizes, seed, progress)
     types = [k for k in sizes["types"] if f"type{k}" in parts]

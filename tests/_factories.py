@@ -8,6 +8,8 @@ import importlib
 
 import pytest
 
+from consensuskit.models.family import families
+
 
 def _make(name, **kwargs):
     def factory(n_clusters, random_state=0):
@@ -21,41 +23,12 @@ def _make(name, **kwargs):
     return factory
 
 
-FACTORIES = {
-    "MM": _make("MM"),
-    "BCE": _make("BCE"),
-    "KCC": _make("KCC"),
-    "PCC": _make("PCC"),
-}
+#: the model families' records (consensuskit.models.family): the families' entries of every
+#: list below derive from them
+FAMILIES = families()
 
-#: every estimator exported by consensuskit
-ESTIMATORS = [
-    "MM",
-    "BCE",
-    "GBCE",
-    "NBCE",
-    "PCC",
-    "KCC",
-    "CSPA",
-    "HGPA",
-    "MCLA",
-    "HBGF",
-    "EAC",
-    "QMI",
-    "ResamplingConsensus",
-    "MajorityVote",
-    "IVC",
-    "IPVC",
-    "MedoidConsensus",
-    "LeastSquaresConsensus",
-]
-#: keyword arguments that keep each fit tiny (bad-input, sklearn-check, degenerate tests)
-FAST = {
-    "MM": {"n_init": 1, "max_iter": 20},
-    "BCE": {"n_init": 1, "max_iter": 10},
-    "GBCE": {"n_init": 1, "max_iter": 10},
-    "NBCE": {"truncation": 4, "n_samples": 5, "burn_in": 2, "n_chains": 1},
-    "PCC": {},
+#: consensus functions (not model families): their tiny-fit keyword arguments
+CONSENSUS_FUNCTIONS = {
     "KCC": {"n_init": 1},
     "CSPA": {},
     "HGPA": {"n_init": 1},
@@ -70,15 +43,25 @@ FAST = {
     "MedoidConsensus": {},
     "LeastSquaresConsensus": {"n_init": 1},
 }
+
+#: every estimator exported by consensuskit
+ESTIMATORS = [f.estimator for f in FAMILIES] + list(CONSENSUS_FUNCTIONS)
+#: keyword arguments that keep each fit tiny (bad-input, sklearn-check, degenerate tests)
+FAST = {f.estimator: dict(f.tiny_fit) for f in FAMILIES} | CONSENSUS_FUNCTIONS
 #: the hyper-parameter that plays the role of the number of clusters
-K_PARAM = {name: "n_clusters" for name in ESTIMATORS} | {"NBCE": "truncation"}
+K_PARAM = {f.estimator: f.k_param for f in FAMILIES} | {n: "n_clusters"
+                                                         for n in CONSENSUS_FUNCTIONS}
+#: factories of the estimators fitted with their defaults in the invariance tests: the
+#: model families that take ``n_clusters``, and KCC
+FACTORIES = {f.estimator: _make(f.estimator) for f in FAMILIES
+             if f.k_param == "n_clusters"} | {"KCC": _make("KCC")}
 
 
 def make_fast(name, **params):
     """Estimator ``name`` with tiny-fit settings, n_clusters=2, random_state=0, ``params``."""
     cls = getattr(importlib.import_module("consensuskit"), name)
     kw = dict(FAST[name])
-    if name != "NBCE":
+    if K_PARAM[name] == "n_clusters":
         kw["n_clusters"] = 2
     kw["random_state"] = 0
     kw.update(params)

@@ -179,13 +179,12 @@ def test_cavi_importance_sampling_loglik_within_se_of_exact_marginal():
     """BCE-CAVI's per-row log-likelihood (importance sampling, bce_alpha.log_marginal) is
     within 4 of its SEs of the collapsed spec's exact value at the fitted (alpha, beta)."""
     import consensuskit as ck
-    from consensuskit.inference.registry import spec_globals
 
     torch.manual_seed(1)
     X = bce.model_collapsed(None, n_labels=[3, 4, 3, 3, 2], n_clusters=3, n_rows=60).numpy()
     X[::4, 2] = -1
     est = ck.BCE(3, n_init=1, random_state=0).fit(X)
-    kw, draws = spec_globals(est)
+    kw, draws = est.to_spec()
     roles = pointwise.site_roles(bce.model_collapsed, torch.as_tensor(X), kw, 3)
     exact = pointwise.score_rows(bce.model_collapsed, torch.as_tensor(X),
                                  {k: v[0] for k, v in draws.items()}, model_kwargs=kw,

@@ -12,6 +12,7 @@ import torch
 from numba import njit
 
 from consensuskit.data.ensemble import Ensemble
+from consensuskit.models import vector_math
 from consensuskit.models.bce import cavi
 from consensuskit.models.bce import kernels as kern
 
@@ -23,8 +24,8 @@ def _special(x):
         out[0, i], out[1, i] = kern._psi_lgamma(x[i])
         w, c, xs = kern._exp_psi(x[i])
         out[2, i] = np.log(xs) + c
-        out[3, i] = kern._exp(-x[i])
-        out[4, i] = kern._log(x[i])
+        out[3, i] = vector_math.exp_nonpositive(-x[i])
+        out[4, i] = vector_math.log_positive(x[i])
     return out
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
-from consensuskit.consensus import eac as eac_mod
+from consensuskit.consensus import coassociation
 from consensuskit.consensus.eac import EAC
 from consensuskit.consensus.graph import CSPA, HBGF, HGPA, MCLA
 from consensuskit.consensus.kcc import KCC
@@ -189,7 +189,7 @@ def test_eac_refuses_dense_above_limit():
 
 def test_eac_limit_is_the_shared_constant(rng, monkeypatch):
     X, _ = planted(rng, n_per=30)
-    monkeypatch.setattr(eac_mod, "DENSE_COASSOCIATION_LIMIT", 50)
+    monkeypatch.setattr(coassociation, "DENSE_COASSOCIATION_LIMIT", 50)
     with pytest.raises(ValueError, match="exceeds 50"):
         EAC(3).fit(X)
 
@@ -204,7 +204,7 @@ def test_eac_distance_matches_coassociation(rng):
     c, n = ens.coassociation()
     want = np.where(n > 0, 1 - c / np.maximum(n, 1), 1.0)
     np.fill_diagonal(want, 0)
-    got = squareform(eac_mod.condensed_coassociation_distance(ens, block=7))
+    got = squareform(coassociation.condensed_coassociation_distance(ens, block=7))
     np.testing.assert_allclose(got, want, atol=1e-12)
 
 
@@ -215,7 +215,7 @@ def test_ward_distance_is_euclidean_in_onehot_space(rng):
 
     X, _ = planted(rng, n_per=10)
     ens = Ensemble.from_labels(X)
-    d = eac_mod.condensed_coassociation_distance(ens, sqrt=True)
+    d = coassociation.condensed_coassociation_distance(ens, sqrt=True)
     e = pdist(ens.onehot().toarray()) / np.sqrt(2 * ens.n_partitions)
     np.testing.assert_allclose(d, e, atol=1e-12)
 

@@ -1,6 +1,6 @@
 """Every hand-written engine agrees with its Pyro spec at the engine's fitted state.
 
-One parametrised test over :func:`consensuskit.inference.registry.fast_paths`: the
+One parametrised test over :func:`consensuskit.models.family.fast_paths`: the
 estimator's per-row held-out and training log-likelihood equals the spec's (exact
 enumeration; likelihood weighting for BCE's theta) within 4 combined Monte-Carlo standard
 errors (1e-8 relative where both are exact), and a reported objective (MM's log joint,
@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from consensuskit.inference import pointwise
-from consensuskit.inference.registry import fast_paths
+from consensuskit.inference.registry import spec_values
+from consensuskit.models.family import fast_paths
 
 PATHS = fast_paths()
 
@@ -36,7 +37,7 @@ def planted():
 
 
 def _spec_scores(fp, est, labels):
-    kw, draws = fp.to_spec(est)
+    kw, draws = spec_values(fp, est)
     roles = pointwise.site_roles(fp.spec.model, labels, kw, kw["n_clusters"])
     L, V, _ = pointwise.score_rows_draws(fp.spec.model, labels, draws, model_kwargs=kw,
                                          roles=roles, num_particles=4000, seed=0)

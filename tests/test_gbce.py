@@ -94,8 +94,8 @@ def test_bound_equals_pyro_elbo_on_tiny_weighted_data():
 
     # BCE's E-step with GBCE's weights and feature term
     fpass = term.e_term(mu, sigma2)
-    gamma, phi_sum, stats, plogp, _ = bce_cavi.e_step(alpha, beta, data, gamma0, 1,
-                                                      weights=term.weights, extra=fpass)
+    gamma, phi_sum, stats, plogp, _, _ = bce_cavi.e_step(alpha, beta, data, gamma0, 1,
+                                                         weights=term.weights, extra=fpass)
     # the phi that this one pass used (eqs. 12-13) and eq. 14 from them
     E0 = bce_cavi.elog_dirichlet(gamma0)
     phi = bce_cavi.update_phi(E0, beta, data.idx, data.mask)  # (M, K, N)

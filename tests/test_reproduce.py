@@ -192,8 +192,7 @@ def test_nbce_real_ensemble_cluster_counts():
 
 
 def test_pcc_soft_gaussians_and_tables():
-    from reproduce._pcc_tables import COLUMNS, TABLES
-    from reproduce.pcc import soft_gaussians
+    from reproduce.pcc import COLUMNS, TABLES, soft_gaussians
 
     Z, L = soft_gaussians(30, 50, seed=0)
     assert Z.shape == (120, 4) and L.shape == (120, 50)
@@ -300,3 +299,53 @@ def test_bce_kdd99_part_needs_data(tmp_path, capsys):
     assert cli.main(["reproduce", "bce", "--smoke", "--only", "kdd99",
                      "--out", str(tmp_path)]) == 2
     assert "--data" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("paper", EXPERIMENTS)
+def test_paper_tables_are_data_files(paper):
+    """Each paper's published tables load from reproduce/tables/<paper>.json: every table
+    has rows, its rows one length (PCC: one value per column of COLUMNS), and every
+    value is a number or missing."""
+    tables = _common.paper_tables(paper)
+    assert tables
+    assert (_common.TABLES_DIR / f"{paper}.json").is_file()
+    for name, rows in tables.items():
+        assert rows, f"{paper} {name} has no rows"
+        if paper == "pcc":
+            from reproduce import pcc
+
+            cells = [v for stats in rows.values() for v in stats.values()]
+            assert {len(v) for v in cells} == {len(pcc.COLUMNS)}, name
+        else:
+            cells = list(rows.values())
+            assert len({len(v) for v in cells}) == 1, f"{paper} {name}: ragged rows"
+        assert all(x is None or isinstance(x, (int, float)) for v in cells for x in v)
+
+
+def test_reproduce_help_lists_its_options(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["reproduce", "--help"])
+    assert exc.value.code == 0
+    assert "--smoke" in capsys.readouterr().out
+
+
+def test_reproduce_without_a_checkout_says_what_it_needs(tmp_path):
+    """An installation without the repository's reproduce/ (a wheel): a clear error, not a
+    traceback.  A copy of the package alone, run from a folder without reproduce/."""
+    import shutil
+    import subprocess
+    import sys
+
+    import consensuskit
+
+    site = tmp_path / "site"
+    shutil.copytree(Path(consensuskit.__file__).parent, site / "consensuskit",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.csv.gz"))
+    run = subprocess.run(
+        [sys.executable, "-c", "import sys; from consensuskit.cli.commands import main; "
+         "sys.exit(main(['reproduce', 'pcc', '--smoke']))"],
+        cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert "needs a checkout of the consensuskit repository" in run.stderr
+    assert "Traceback" not in run.stderr

@@ -46,15 +46,11 @@ from consensuskit.io.label_files import (
     read_label_table,
 )
 
-__all__ = ["main", "CONSENSUS_MODELS", "MODEL_CLASSES"]
+__all__ = ["main", "CONSENSUS_MODELS", "MODEL_CLASSES", "model_classes"]
 
-#: ``--model`` choices of ``fit`` -> class name exported by :mod:`consensuskit`.
-MODEL_CLASSES = {
-    "mm": "MM",
-    "bce": "BCE",
-    "gbce": "GBCE",
-    "nbce": "NBCE",
-    "pcc": "PCC",
+#: ``--model`` choices of ``fit`` for the consensus functions -> class name exported by
+#: :mod:`consensuskit`; the model families' choices come from their records.
+CONSENSUS_FUNCTIONS = {
     "kcc": "KCC",
     "cspa": "CSPA",
     "hgpa": "HGPA",
@@ -69,6 +65,19 @@ MODEL_CLASSES = {
     "medoid": "MedoidConsensus",
     "least-squares": "LeastSquaresConsensus",
 }
+
+
+def model_classes() -> dict:
+    """``--model`` choice -> class name exported by :mod:`consensuskit`: every model
+    family's (its record's ``name`` and ``estimator``,
+    :func:`consensuskit.models.family.families`), then the consensus functions'."""
+    from consensuskit.models.family import families
+
+    return {f.name: f.estimator for f in families()} | CONSENSUS_FUNCTIONS
+
+
+#: :func:`model_classes` when this module was imported.
+MODEL_CLASSES = model_classes()
 
 NUMBERING = "Messages count file lines and columns from 1, as an editor shows them."
 
@@ -152,6 +161,28 @@ def _unseen_to_missing(args, table, train, test):
     return codes, n_unknown
 
 
+def _fit_class(args):
+    """``(class name, class)`` of ``--model``, checked against the other options."""
+    class_name = model_classes()[args.model]
+    try:
+        cls = _import_estimator(class_name)
+    except ImportError as exc:
+        raise CLIError(
+            f"model {args.model!r} ({class_name}) is not available in this installation "
+            f"({exc})"
+        ) from exc
+    if getattr(args, "n_clusters_misplaced", None) is not None:
+        raise CLIError(f"{class_name} infers the number of clusters and has no --n-clusters; "
+                       "--truncation sets its upper bound")
+    wants_heldout = args.heldout is not None or args.heldout_fraction is not None
+    if wants_heldout and not hasattr(cls, "perplexity"):
+        generative = sorted(m for m, c in model_classes().items()
+                            if hasattr(_import_estimator(c), "perplexity"))
+        raise CLIError(f"a held-out perplexity needs a generative model ({', '.join(generative)}"
+                       f"); {args.model} gives a consensus partition only")
+    return class_name, cls
+
+
 #: first characters that make a spreadsheet read a cell as a formula (CSV injection)
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -175,29 +206,46 @@ def csv_safe(values):
     return np.array([one(v) for v in values], dtype=object)
 
 
-def _cmd_fit(args, out):
+def _consensus_table(table, est, ens, train, test, test_codes, test_features):
+    """The output table: the label file's index column (if any), ``split`` (with a held-out
+    fraction), ``consensus`` and the memberships ``p0 .. p{K-1}`` of every row; held-out
+    rows labelled by fold-in (``predict_proba`` of ``test_codes``, ``test_features``)."""
     import pandas as pd
 
+    table_out = {}
+    if table.index is not None:
+        table_out[table.index_name] = csv_safe(table.index)  # no formula reaches a sheet
+    labels = np.full(table.codes.shape[0], -1, dtype=np.int64)
+    labels[train] = np.asarray(est.labels_, dtype=np.int64)
+    member = getattr(est, "membership_", None)
+    if member is None and hasattr(est, "predict_proba"):
+        member = est.predict_proba(ens)
+    proba = None
+    if test is not None:
+        table_out["split"] = np.where(np.isin(np.arange(labels.size), test), "heldout", "train")
+        if hasattr(est, "predict_proba"):
+            proba = np.asarray(est.predict_proba(test_codes, unknown="missing",
+                                                 **test_features))
+            labels[test] = proba.argmax(1)
+    table_out["consensus"] = labels
+    if member is not None:
+        member = np.asarray(member, dtype=np.float64)
+        full = np.full((labels.size, member.shape[1]), np.nan)
+        full[train] = member
+        if test is not None and proba is not None and proba.shape[1] == member.shape[1]:
+            full[test] = proba
+        for k in range(member.shape[1]):
+            table_out[f"p{k}"] = full[:, k]
+    df = pd.DataFrame(table_out)
+    df.columns = [csv_safe(str(c)) for c in df.columns]
+    return df
+
+
+def _cmd_fit(args, out):
     from consensuskit.data.ensemble import Ensemble
     from consensuskit.evaluation.heldout import heldout_perplexity
 
-    class_name = MODEL_CLASSES[args.model]
-    try:
-        cls = _import_estimator(class_name)
-    except ImportError as exc:
-        raise CLIError(
-            f"model {args.model!r} ({class_name}) is not available in this installation "
-            f"({exc})"
-        ) from exc
-    if getattr(args, "n_clusters_misplaced", None) is not None:
-        raise CLIError(f"{class_name} infers the number of clusters and has no --n-clusters; "
-                       "--truncation sets its upper bound")
-    wants_heldout = args.heldout is not None or args.heldout_fraction is not None
-    if wants_heldout and not hasattr(cls, "perplexity"):
-        generative = sorted(m for m, c in MODEL_CLASSES.items()
-                            if hasattr(_import_estimator(c), "perplexity"))
-        raise CLIError(f"a held-out perplexity needs a generative model ({', '.join(generative)}"
-                       f"); {args.model} gives a consensus partition only")
+    class_name, cls = _fit_class(args)
     table = read_label_table(args.labels, header=args.header, index_col=args.index_col,
                              allow_singletons=args.allow_singletons)
     train, test = _split(args, table)
@@ -220,35 +268,15 @@ def _cmd_fit(args, out):
     est.fit(ens, **fit_kwargs)
     seconds = time.perf_counter() - t0
 
-    table_out = {}
-    if table.index is not None:
-        table_out[table.index_name] = csv_safe(table.index)  # no formula reaches a sheet
-    labels = np.full(table.codes.shape[0], -1, dtype=np.int64)
-    labels[train] = np.asarray(est.labels_, dtype=np.int64)
-    member = getattr(est, "membership_", None)
-    if member is None and hasattr(est, "predict_proba"):
-        member = est.predict_proba(ens)
+    if test is None:
+        test_codes = test_features = None
+    else:
+        test_features = {"features": F[test]} if "features" in fit_kwargs else {}
+    df = _consensus_table(table, est, ens, train, test, test_codes, test_features)
     held = None
     if test is not None:
-        table_out["split"] = np.where(np.isin(np.arange(labels.size), test), "heldout", "train")
         held = heldout_perplexity(est, test_codes, unknown="missing",
                                   random_state=args.random_state)
-        proba = None
-        if hasattr(est, "predict_proba"):
-            extra = {"features": F[test]} if "features" in fit_kwargs else {}
-            proba = np.asarray(est.predict_proba(test_codes, unknown="missing", **extra))
-            labels[test] = proba.argmax(1)
-    table_out["consensus"] = labels
-    if member is not None:
-        member = np.asarray(member, dtype=np.float64)
-        full = np.full((labels.size, member.shape[1]), np.nan)
-        full[train] = member
-        if test is not None and proba is not None and proba.shape[1] == member.shape[1]:
-            full[test] = proba
-        for k in range(member.shape[1]):
-            table_out[f"p{k}"] = full[:, k]
-    df = pd.DataFrame(table_out)
-    df.columns = [csv_safe(str(c)) for c in df.columns]
     if args.output in (None, "-"):
         df.to_csv(out, index=False)
     else:
@@ -377,7 +405,7 @@ def _build_parser(model=None):
         description="Fit a consensus model to a CSV of base labels and write the consensus. "
                     "Run 'consensuskit fit --model NAME --help' for the model's own options.",
         epilog=NUMBERING)
-    fit.add_argument("--model", required=True, choices=sorted(MODEL_CLASSES))
+    fit.add_argument("--model", required=True, choices=sorted(model_classes()))
     fit.add_argument("labels", help="CSV: one column per base clustering; integer or named "
                                     "labels; empty, NA or -1 = missing")
     fit.add_argument("-o", "--output", default=None, help="output CSV (default: stdout)")
@@ -407,9 +435,9 @@ def _build_parser(model=None):
     held.add_argument("--unknown-labels", choices=("error", "missing"), default="error",
                       help="a held-out label that training never showed: an error (default) "
                            "or counted as missing")
-    if model in MODEL_CLASSES:
+    if model in model_classes():
         try:
-            cls = _import_estimator(MODEL_CLASSES[model])
+            cls = _import_estimator(model_classes()[model])
         except ImportError:
             cls = None  # reported by the fit command
         if cls is not None:
@@ -466,7 +494,7 @@ def main(argv=None) -> int:
     if args.command == "fit":
         try:
             params = inspect.signature(
-                _import_estimator(MODEL_CLASSES[args.model]).__init__).parameters
+                _import_estimator(model_classes()[args.model]).__init__).parameters
         except ImportError:
             params = {}
         if "n_clusters" in params and not hasattr(args, "param__n_clusters"):

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-__all__ = ["CONSENSUS_MODELS", "run", "draw_figure"]
+__all__ = ["CONSENSUS_MODELS", "consensus_models", "run", "draw_figure"]
 
 
 def _import_estimator(class_name):
@@ -33,21 +33,28 @@ def _factory(class_name, **params):
     return make
 
 
-#: Consensus models the demo tries, in order: ``(name, factory)``.  A factory
-#: whose estimator module does not exist (a trimmed installation) is skipped.
-CONSENSUS_MODELS = [
-    ("MM", _factory("MM", n_clusters=3)),
-    ("BCE", _factory("BCE", n_clusters=3)),
-    ("NBCE (Gibbs)", _factory("NBCE", truncation=10, n_samples=100, burn_in=100, n_chains=2)),
-    ("PCC (KL)", _factory("PCC", n_clusters=3, divergence="kl")),
-    ("KCC (UH)", _factory("KCC", n_clusters=3, utility="UH")),
-    ("CSPA", _factory("CSPA", n_clusters=3)),
-    ("HGPA", _factory("HGPA", n_clusters=3)),
-    ("MCLA", _factory("MCLA", n_clusters=3)),
-    ("HBGF", _factory("HBGF", n_clusters=3)),
-    ("EAC (average)", _factory("EAC", n_clusters=3, linkage="average")),
-    ("QMI", _factory("QMI", n_clusters=3)),
-]
+def consensus_models() -> list:
+    """The demo's models, in order: ``(name, factory)``; every model family's demo entries
+    (its record's ``demo``, :func:`consensuskit.models.family.families`), then the
+    consensus functions'.  A factory whose estimator module does not exist (a trimmed
+    installation) is skipped."""
+    from consensuskit.models.family import families
+
+    return [(title, _factory(f.estimator, **params))
+            for f in families() for title, params in f.demo] + [
+        ("KCC (UH)", _factory("KCC", n_clusters=3, utility="UH")),
+        ("CSPA", _factory("CSPA", n_clusters=3)),
+        ("HGPA", _factory("HGPA", n_clusters=3)),
+        ("MCLA", _factory("MCLA", n_clusters=3)),
+        ("HBGF", _factory("HBGF", n_clusters=3)),
+        ("EAC (average)", _factory("EAC", n_clusters=3, linkage="average")),
+        ("QMI", _factory("QMI", n_clusters=3)),
+    ]
+
+
+#: Consensus models the demo tries, in order: ``(name, factory)``
+#: (:func:`consensus_models` when this module was imported).
+CONSENSUS_MODELS = consensus_models()
 
 
 def _is_missing_module(exc: ImportError) -> bool:

@@ -1,9 +1,10 @@
 """``consensuskit warmup``: compile every numba kernel once, at install, into numba's cache.
 
-The compiled models (BCE's E-step kernel, MM's fused EM pass, NBCE's collapsed Gibbs sampler, PCC's
-descent) are numba functions with ``cache=True``: the first call in a fresh
-installation compiles them (tens of seconds of CPU in all) and writes the machine
-code to numba's cache, and later processes load it in a fraction of a second.  This
+The compiled models (BCE's E-step kernel, MM's fused EM pass, NBCE's collapsed Gibbs
+sampler, PCC's descent: each family's record names its step,
+:class:`consensuskit.models.family.WarmUp`) are numba functions with ``cache=True``: the
+first call in a fresh installation compiles them (tens of seconds of CPU in all) and writes
+the machine code to numba's cache, and later processes load it in a fraction of a second.  This
 step makes that first call on purpose, on tiny synthetic ensembles in the
 configurations that the demo and the estimators' defaults use, so that the user's
 first ``consensuskit demo`` or fit does not spend its time compiling.  It moves the
@@ -21,7 +22,7 @@ import time
 
 import numpy as np
 
-__all__ = ["STEPS", "warm_up"]
+__all__ = ["STEPS", "steps", "warm_up"]
 
 
 def _labels(n=60, m=6, k=3, seed=0):
@@ -33,57 +34,33 @@ def _labels(n=60, m=6, k=3, seed=0):
     return X
 
 
-def _bce():
-    """BCE's fused E-step kernel in float64 (the default) and float32; one kernel per dtype
-    serves every number of clusters."""
-    from consensuskit import BCE
+def _family_step(family):
+    """The warm-up step of a model family: one tiny fit per dict of its record's
+    ``warm_up.fits`` on :func:`_labels` (seed 0)."""
 
-    X = _labels()
-    for dtype in ("float64", "float32"):
-        BCE(n_clusters=3, max_iter=2, n_init=1, dtype=dtype, n_perplexity_samples=10,
-            random_state=0).fit(X)
+    def step():
+        cls = family.load()
+        X = _labels()
+        for params in family.warm_up.fits:
+            cls(random_state=0, **params).fit(X)
 
-
-def _mm():
-    """MM's fused EM pass: its E-pass is compiled once per number of clusters (K fixed at
-    compile time, about 0.8 s each), so K = 2..8 are compiled here; another K compiles
-    on its first fit."""
-    from consensuskit import MM
-
-    X = _labels()
-    for k in range(2, 9):
-        MM(n_clusters=k, max_iter=2, n_init=1, random_state=0).fit(X)
+    step.__name__ = f"warm_up_{family.name}"
+    step.__doc__ = family.warm_up.title
+    return step
 
 
-def _nbce():
-    """NBCE's collapsed Gibbs sampler (both priors, several chains on threads)."""
-    from consensuskit import NBCE
+def steps() -> list:
+    """``(name, callable, modules whose numba kernels it compiles)`` of each step, in
+    order: every model family's (its record's ``warm_up``,
+    :func:`consensuskit.models.family.families`)."""
+    from consensuskit.models.family import families
 
-    X = _labels()
-    for prior in ("tsb", "fsd"):
-        NBCE(truncation=5, prior=prior, n_samples=2, burn_in=1, n_chains=2,
-             random_state=0).fit(X)
-
-
-def _pcc():
-    """PCC's descent: both divergences, dense and on sampled pairs."""
-    from consensuskit import PCC
-
-    X = _labels()
-    for divergence in ("kl", "l2"):
-        for sparse_pairs in (None, 0.5):
-            PCC(n_clusters=3, divergence=divergence, sparse_pairs=sparse_pairs, max_iter=3,
-                random_state=0).fit(X)
+    return [(f.warm_up.title, _family_step(f), tuple(f.warm_up.modules))
+            for f in families() if f.warm_up is not None]
 
 
-#: ``(name, callable, modules whose numba kernels it compiles)`` of each step, in order.
-STEPS = [
-    ("BCE E-step kernel", _bce, ("consensuskit.models.bce.kernels",)),
-    ("MM fused EM pass", _mm, ("consensuskit.models.mm.kernels",)),
-    ("NBCE Gibbs sampler", _nbce, ("consensuskit.models.nbce.gibbs.kernels",
-                                    "consensuskit.models.nbce.gibbs.moves")),
-    ("PCC descent", _pcc, ("consensuskit.models.pcc.descent",)),
-]
+#: :func:`steps` when this module was imported.
+STEPS = steps()
 
 
 def warm_up(out=None):
@@ -101,7 +78,7 @@ def warm_up(out=None):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for name, step, _ in STEPS:
+        for name, step, _ in steps():
             c, w = time.process_time(), time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # tiny fits: convergence notes are noise

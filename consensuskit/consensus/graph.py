@@ -99,7 +99,7 @@ def metis_partition(W: sp.spmatrix, n_parts: int, random_state=None, vweights=No
     return (parts, int(res.edge_cuts)) if return_cut else parts
 
 
-def _relabel(labels: np.ndarray) -> np.ndarray:
+def relabel_consecutive(labels: np.ndarray) -> np.ndarray:
     """Map the distinct labels, in sorted order, to 0..K'-1."""
     _, inv = np.unique(labels, return_inverse=True)
     return inv.astype(np.int64)
@@ -243,7 +243,7 @@ class CSPA(ConsensusEstimator):
             self.sparse_mode_ = True
         self.n_edges_ = int((W.nnz - W.diagonal().astype(bool).sum()) // 2)
         cut = spectral_partition if self.partitioner == "spectral" else metis_partition
-        self.labels_ = _relabel(cut(W, K, rs))
+        self.labels_ = relabel_consecutive(cut(W, K, rs))
         self.n_clusters_ = int(self.labels_.max() + 1)
         return self
 
@@ -373,7 +373,7 @@ class HGPA(ConsensusEstimator):
             )
             runs = self._metis_runs(ensemble, K, n_init, rs)
         parts, cut = min(runs, key=lambda r: r[1])
-        self.labels_ = _relabel(parts)
+        self.labels_ = relabel_consecutive(parts)
         self.edge_cut_ = cut
         self.n_clusters_ = int(self.labels_.max() + 1)
         return self
@@ -441,7 +441,7 @@ class MCLA(ConsensusEstimator):
         lab = np.argmax(A + jitter * (A == A.max(axis=1, keepdims=True)), axis=1)
         self.meta_labels_ = meta
         self.association_ = A
-        self.labels_ = _relabel(lab)
+        self.labels_ = relabel_consecutive(lab)
         self.n_clusters_ = int(self.labels_.max() + 1)
         return self
 
@@ -505,7 +505,7 @@ class HBGF(ConsensusEstimator):
         norms = np.linalg.norm(Z, axis=1, keepdims=True)
         Z = Z / np.where(norms > 0, norms, 1.0)
         km = KMeans(n_clusters=K, n_init=n_init, random_state=self.random_state).fit(Z)
-        self.labels_ = _relabel(km.labels_[:N])
+        self.labels_ = relabel_consecutive(km.labels_[:N])
         self.n_clusters_ = int(self.labels_.max() + 1)
         self.embedding_ = U
         return self

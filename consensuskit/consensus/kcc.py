@@ -16,6 +16,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from consensuskit.base import ConsensusEstimator, check_positive_float, check_positive_int
+from consensuskit.consensus.resampling import resolve_n_clusters
 from consensuskit.consensus.utilities import (
     centroids_from_counts,
     check_weights,
@@ -134,7 +135,6 @@ class KCC(ConsensusEstimator):
 
     # ------------------------------------------------------------------
     def _fit(self, ensemble: Ensemble):
-        from consensuskit.consensus.resampling import resolve_n_clusters
 
         N = ensemble.n_samples
         K = resolve_n_clusters(self, ensemble)

@@ -27,7 +27,8 @@ from consensuskit.base import (
     check_positive_float,
     check_positive_int,
 )
-from consensuskit.consensus.graph import _relabel
+from consensuskit.consensus.graph import relabel_consecutive
+from consensuskit.consensus.resampling import resolve_n_clusters
 from consensuskit.data.ensemble import Ensemble
 
 __all__ = [
@@ -160,7 +161,7 @@ class MedoidConsensus(ConsensusEstimator):
                 ok = aligned >= 0
                 votes[np.flatnonzero(ok), aligned[ok]] += 1.0
             lab[missing] = np.argmax(votes[missing], axis=1)
-        self.labels_ = _relabel(lab)
+        self.labels_ = relabel_consecutive(lab)
         self.n_clusters_ = int(self.labels_.max() + 1)
         return self
 
@@ -208,7 +209,6 @@ class LeastSquaresConsensus(ConsensusEstimator):
         self.random_state = random_state
 
     def _fit(self, ensemble: Ensemble):
-        from consensuskit.consensus.resampling import resolve_n_clusters
 
         N, M = ensemble.shape
         K = resolve_n_clusters(self, ensemble)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from consensuskit.base import ConsensusEstimator, check_positive_int
+from consensuskit.consensus.resampling import resolve_n_clusters
 from consensuskit.data.ensemble import Ensemble
 
 __all__ = ["QMI"]
@@ -56,7 +57,6 @@ class QMI(ConsensusEstimator):
     def _fit(self, ensemble: Ensemble):
         from sklearn.cluster import KMeans
 
-        from consensuskit.consensus.resampling import resolve_n_clusters
 
         K = resolve_n_clusters(self, ensemble)
         n_init = check_positive_int(self.n_init, "n_init")

@@ -31,7 +31,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from consensuskit.base import ConsensusEstimator, check_n_clusters, check_positive_int
-from consensuskit.consensus.eac import condensed_coassociation_distance
+from consensuskit.consensus.coassociation import condensed_coassociation_distance
 from consensuskit.data.ensemble import Ensemble, as_ensemble
 
 __all__ = [

@@ -22,7 +22,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from consensuskit.base import ConsensusEstimator, check_positive_int
-from consensuskit.consensus.graph import _relabel
+from consensuskit.consensus.graph import relabel_consecutive
 from consensuskit.consensus.partition import align_labels, partition_dissimilarities
 from consensuskit.consensus.utilities import contingency
 from consensuskit.data.ensemble import Ensemble
@@ -92,7 +92,7 @@ class MajorityVote(ConsensusEstimator):
             if k_ref > K:  # keep the K classes with most votes; their points vote again
                 keep = np.argsort(-np.bincount(new, minlength=k_ref), kind="stable")[:K]
                 new = keep[_argmax_random_ties(votes[:, keep], rs)]
-            new = _relabel(new)
+            new = relabel_consecutive(new)
             if np.array_equal(new, ref):
                 break
             ref, k_ref = new, int(new.max() + 1)
@@ -165,7 +165,7 @@ class IVC(ConsensusEstimator):
             if best is None or run[1] < best[1]:
                 best = run
         z, obj, n_iter = best
-        self.labels_ = _relabel(z)
+        self.labels_ = relabel_consecutive(z)
         self.objective_ = float(obj)
         self.n_iter_ = n_iter
         self.n_clusters_ = int(self.labels_.max() + 1)

@@ -232,7 +232,7 @@ def _labels_and_names(A: np.ndarray):
             named.append(bool(is_name.any() or big.any()))
         if any(named):
             return _recode_columns(A, named)
-    return _labels_to_int(A), None
+    return labels_to_int(A), None
 
 
 def _int_text(v):
@@ -254,7 +254,7 @@ def _recode_columns(A: np.ndarray, named):
     for j in range(M):
         col = A[:, j]
         if not named[j]:
-            L[:, j] = _labels_to_int(col.reshape(-1, 1))[:, 0]
+            L[:, j] = labels_to_int(col.reshape(-1, 1))[:, 0]
             names.append(None)
             continue
         missing = np.fromiter((_is_missing_scalar(v) for v in col), bool, N)
@@ -284,7 +284,7 @@ def _recode_columns(A: np.ndarray, named):
     return L, names
 
 
-def _labels_to_int(A: np.ndarray) -> np.ndarray:
+def labels_to_int(A: np.ndarray) -> np.ndarray:
     """Validate a 2-D label array and return int64 labels with -1 for missing."""
     if A.dtype == object:
         A = _object_to_float(A)

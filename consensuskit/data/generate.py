@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 from sklearn.utils import check_random_state
 
-from consensuskit.data.ensemble import _labels_to_int, _to_numpy
+from consensuskit.data.ensemble import _to_numpy, labels_to_int
 
 __all__ = [
     "kmeans_partitions",
@@ -553,7 +553,7 @@ def drop_labels(X, fraction, random_state=None):
         raise ValueError(f"X must be 2-D of shape (n_samples, n_partitions); got shape {A.shape}")
     if A.size == 0:
         raise ValueError(f"X is empty: shape {A.shape}")
-    L = _labels_to_int(A).copy()
+    L = labels_to_int(A).copy()
     if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
         raise TypeError(f"fraction must be a real number in [0, 1); got {fraction!r}")
     if not 0.0 <= float(fraction) < 1.0:

@@ -46,7 +46,7 @@ import torch
 
 from consensuskit.data.ensemble import LabelData
 from consensuskit.distributed.comm import Comm
-from consensuskit.distributed.common import EMConfig, _flags, _read_flags
+from consensuskit.distributed.common import EMConfig, pack_flags, unpack_flags
 from consensuskit.distributed.row import drive_ranks
 from consensuskit.inference.driver import Engine
 from consensuskit.models.bce import cavi
@@ -116,7 +116,7 @@ class ColumnCAVI(Engine):
         for t in range(1, cfg.inner_iter + 1):
             last = t == cfg.inner_iter
             comm.broadcast(gamma, COORDINATOR, "column/gamma")
-            _, acc, stats_p, plogp_p, _ = cavi.e_step(
+            _, acc, stats_p, plogp_p, _, _ = cavi.e_step(
                 zero_alpha, beta, self.data, gamma, 1, collect=last, chunk_size=cfg.chunk_size)
             comm.reduce(acc, COORDINATOR, "column/phi_sum")
             if self.coord:
@@ -135,9 +135,9 @@ class ColumnCAVI(Engine):
             empty = torch.ones(K, 0, dtype=self.dtype)
             control[0] = cavi.lower_bound(alpha, empty, gamma, phi_sum, empty, float(terms[0]),
                                           smoothing=0.0) + float(terms[1])
-            control[1] = _flags(float(alpha.sum()) > self.alpha_cap, newton["stalled"])
+            control[1] = pack_flags(float(alpha.sum()) > self.alpha_cap, newton["stalled"])
         comm.broadcast(control, COORDINATOR, "column/control")
-        degenerate, stalled = _read_flags(control[1])
+        degenerate, stalled = unpack_flags(control[1])
         return ColumnState(alpha, beta, gamma, float(control[0]), degenerate,
                            state.n_alpha_rejected + int(stalled))
 

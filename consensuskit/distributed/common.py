@@ -20,13 +20,13 @@ import numpy as np
 __all__ = ["EMConfig", "FaultHook", "WorkerResult", "progress"]
 
 
-def _flags(degenerate: bool, alpha_stalled: bool) -> float:
+def pack_flags(degenerate: bool, alpha_stalled: bool) -> float:
     """Two flags of an iteration as one float of a control message (bit 0, bit 1)."""
     return float(int(bool(degenerate)) + 2 * int(bool(alpha_stalled)))
 
 
-def _read_flags(x) -> tuple[bool, bool]:
-    """``(degenerate, alpha_stalled)`` from :func:`_flags`."""
+def unpack_flags(x) -> tuple[bool, bool]:
+    """``(degenerate, alpha_stalled)`` from :func:`pack_flags`."""
     v = int(round(float(x)))
     return bool(v & 1), bool(v & 2)
 

@@ -34,7 +34,7 @@ from consensuskit.base import (
     check_positive_int,
     resolve_dtype,
 )
-from consensuskit.data.ensemble import Ensemble, _labels_to_int, as_ensemble
+from consensuskit.data.ensemble import Ensemble, as_ensemble, labels_to_int
 from consensuskit.distributed._worker import (
     beta_columns,
     column_ensemble,
@@ -224,6 +224,17 @@ def _spawn(jobs, timeout: float, n_threads: int, start_method=None, host="127.0.
         del store  # closes the listening socket
 
 
+def _check_split(mode, ens: Ensemble, P: int) -> None:
+    """Each of the ``P`` workers gets at least one column (column mode) or row."""
+    N, M = ens.shape
+    if mode == "column" and M < P:
+        raise ValueError(f"column mode needs at least one base clustering per worker; "
+                         f"got M={M} columns for n_workers={P}")
+    if mode != "column" and N < P:
+        raise ValueError(f"row modes need at least one row per worker; got N={N} rows for "
+                         f"n_workers={P}")
+
+
 def _validate_beta_init(beta_init, ens: Ensemble, K: int) -> np.ndarray:
     if isinstance(beta_init, (list, tuple)):
         if len(beta_init) != ens.n_partitions:
@@ -319,18 +330,12 @@ def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", n_init=1, max_ite
     n_threads = check_positive_int(n_threads, "n_threads")
     if init not in ("kmeans", "random"):
         raise ValueError(f"init must be 'kmeans' or 'random'; got {init!r}")
-    N, M = ens.shape
-    if mode == "column" and M < P:
-        raise ValueError(f"column mode needs at least one base clustering per worker; "
-                         f"got M={M} columns for n_workers={P}")
-    if mode != "column" and N < P:
-        raise ValueError(f"row modes need at least one row per worker; got N={N} rows for "
-                         f"n_workers={P}")
+    _check_split(mode, ens, P)
     est = BCE(K, max_iter=cfg.max_iter, tol=cfg.tol, n_init=n_init, inner_iter=cfg.inner_iter,
               init=init, smoothing=cfg.smoothing, random_state=random_state, dtype=dtype)
     if beta_init is None:
         rs = check_random_state(random_state)
-        beta0s = [est._init_beta(ens, K, rs) for _ in range(n_init)]
+        beta0s = [est.initial_beta(ens, K, rs) for _ in range(n_init)]
     else:
         beta0s = [_validate_beta_init(beta_init, ens, K)]
     alpha0 = np.ones(K) if alpha_init is None else np.asarray(alpha_init, dtype=np.float64)
@@ -340,32 +345,43 @@ def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", n_init=1, max_ite
     if _fault is not None:
         fault = _fault if isinstance(_fault, FaultHook) else FaultHook(**_fault)
 
-    offsets = ens.offsets
+    parts, jobs = _jobs(mode, ens, P, cfg, alpha0, beta0s, tdtype, fault)
+    outs = _run(jobs, timeout, n_threads, start_method)
+    return _assemble(est, outs, mode, ens, K, parts, tdtype)
+
+
+def _jobs(mode, ens: Ensemble, P, cfg, alpha0, beta0s, dtype, fault):
+    """``(parts, jobs)``: the rows (row modes) or columns (column mode) of each of the ``P``
+    workers and the keyword arguments of its :func:`run_rank`."""
     jobs = []
     if mode == "column":
-        parts = np.array_split(np.arange(M), P)
+        parts = np.array_split(np.arange(ens.n_partitions), P)
         for cols in parts:
             jobs.append(dict(mode=mode, ensemble=column_ensemble(ens, cols), cfg=cfg,
                              alpha0=alpha0,
-                             beta0s=[beta_columns(b, offsets, cols) for b in beta0s],
-                             dtype=tdtype, index=cols, hook=fault))
+                             beta0s=[beta_columns(b, ens.offsets, cols) for b in beta0s],
+                             dtype=dtype, index=cols, hook=fault))
     else:
-        parts = np.array_split(np.arange(N), P)
+        parts = np.array_split(np.arange(ens.n_samples), P)
         for rows in parts:
             jobs.append(dict(mode=mode, ensemble=ens.subset(rows), cfg=cfg, alpha0=alpha0,
-                             beta0s=beta0s, dtype=tdtype, index=rows, hook=fault))
-    if P == 1:
+                             beta0s=beta0s, dtype=dtype, index=rows, hook=fault))
+    return parts, jobs
+
+
+def _run(jobs, timeout, n_threads, start_method):
+    """The workers' outputs: one job in this process (``n_threads`` torch threads), more
+    in spawned worker processes."""
+    if len(jobs) == 1:
         import torch
 
         torch_threads = torch.get_num_threads()
         torch.set_num_threads(n_threads)
         try:
-            outs = [run_rank(LocalComm(), **jobs[0])]
+            return [run_rank(LocalComm(), **jobs[0])]
         finally:
             torch.set_num_threads(torch_threads)
-    else:
-        outs = _spawn(jobs, timeout, n_threads, start_method)
-    return _assemble(est, outs, mode, ens, K, parts, tdtype)
+    return _spawn(jobs, timeout, n_threads, start_method)
 
 
 def _assemble(est, outs, mode, ens: Ensemble, K: int, parts, dtype):
@@ -395,7 +411,7 @@ def _assemble(est, outs, mode, ens: Ensemble, K: int, parts, dtype):
     fit = Fit(runs=others, best=best)
     est.ensemble_ = ens
     est.n_features_in_ = M
-    est._set_fitted(ens, fit, torch.device("cpu"), dtype)
+    est.set_fitted_state(ens, fit, torch.device("cpu"), dtype)
     # as the single-process estimator: the bound at the returned alpha, beta and gamma
     est.lower_bound_ = bound_at(state.alpha, state.beta, state.gamma,
                                 ens.label_data(dtype=dtype), smoothing=est.smoothing)
@@ -411,7 +427,7 @@ def _read_labels(path: str, rank: int) -> np.ndarray:
 
     p = path.format(rank=rank) if "{rank}" in path else path
     df = pd.read_csv(p)
-    return _labels_to_int(df.to_numpy(dtype=np.float64))
+    return labels_to_int(df.to_numpy(dtype=np.float64))
 
 
 def _row_ensemble_global(comm, L: np.ndarray) -> Ensemble:

@@ -43,7 +43,7 @@ import torch
 
 from consensuskit.data.ensemble import LabelData
 from consensuskit.distributed.comm import Comm
-from consensuskit.distributed.common import EMConfig, _flags, _read_flags, progress
+from consensuskit.distributed.common import EMConfig, pack_flags, progress, unpack_flags
 from consensuskit.inference.driver import Engine
 from consensuskit.inference.driver import fit as drive
 from consensuskit.models.bce import cavi
@@ -181,13 +181,13 @@ class RingCAVI(Engine):
 
     def _pack(self, alpha, beta, acc, stalled, degenerate=False):
         return torch.cat([alpha.to(torch.float64), beta.reshape(-1).to(torch.float64),
-                          torch.tensor([acc, _flags(degenerate, stalled)],
+                          torch.tensor([acc, pack_flags(degenerate, stalled)],
                                        dtype=torch.float64)])
 
     def _unpack(self, buf):
         """alpha, beta, summed bound, whether some rank's alpha solve stalled, degenerate."""
         K, L = self.K, self.L
-        degenerate, stalled = _read_flags(buf[-1])
+        degenerate, stalled = unpack_flags(buf[-1])
         return (buf[:K].to(self.dtype), buf[K:K + K * L].reshape(K, L).to(self.dtype),
                 float(buf[-2]), stalled, degenerate)
 
@@ -232,9 +232,9 @@ class RingCAVI(Engine):
         return state.degenerate
 
     def result(self, state: RingState) -> cavi.CAVIState:
-        gamma, _, _, _, _ = cavi.e_step(state.alpha, state.beta, self.data, state.gamma,
-                                        self.cfg.inner_iter, collect=False,
-                                        chunk_size=self.cfg.chunk_size)
+        gamma = cavi.e_step(state.alpha, state.beta, self.data, state.gamma,
+                            self.cfg.inner_iter, collect=False,
+                            chunk_size=self.cfg.chunk_size).gamma
         return cavi.CAVIState(state.alpha, state.beta, gamma, state.bound,
                               n_alpha_rejected=state.n_alpha_rejected)
 

@@ -36,7 +36,7 @@ def _named(estimators):
 
 def _elpd_loo(est):
     """PSIS-LOO elpd and its SE where the fit has more than one posterior draw."""
-    ll = np.asarray(est._log_likelihood_draws())
+    ll = np.asarray(est.log_likelihood_draws())
     if ll.shape[0] * ll.shape[1] < 2:
         return np.nan, np.nan
     import arviz as az
@@ -89,7 +89,7 @@ def compare(estimators, X_train, X_test, *, unknown="error", refit=True):
             cpu, wall = time.process_time() - t0, time.perf_counter() - w0
         else:
             cpu = wall = np.nan
-        ens_test = est._encode_new(X_test, unknown=unknown)
+        ens_test = est.encode(X_test, unknown=unknown)
         ll, se_rows = est.score_samples_se(ens_test)
         n_obs = ens_test.n_observed
         ppl = float(np.exp(-ll.sum() / n_obs))

@@ -36,15 +36,20 @@ __all__ = [
 ]
 
 
-def _labels_1d(y, name):
+def _as_array(x):
+    """``x`` as a numpy array (a torch tensor detached and copied to the CPU)."""
     try:
         import torch
 
-        if isinstance(y, torch.Tensor):
-            y = y.detach().cpu().numpy()
+        if isinstance(x, torch.Tensor):
+            x = x.detach().cpu().numpy()
     except ImportError:  # pragma: no cover
         pass
-    a = np.asarray(y)
+    return np.asarray(x)
+
+
+def _labels_1d(y, name):
+    a = _as_array(y)
     if a.ndim != 1:
         raise ValueError(f"{name} must be 1-D of shape (n_samples,); got shape {a.shape}")
     if a.size == 0:
@@ -258,14 +263,7 @@ def van_dongen(y_true, y_pred, *, normalized: bool = True) -> float:
 
 
 def _soft(U, name):
-    try:
-        import torch
-
-        if isinstance(U, torch.Tensor):
-            U = U.detach().cpu().numpy()
-    except ImportError:  # pragma: no cover
-        pass
-    A = np.asarray(U)
+    A = _as_array(U)
     if A.ndim == 1:  # hard labels -> one-hot rows
         a = _labels_1d(A, name)
         _, inv = np.unique(a, return_inverse=True)

@@ -233,8 +233,7 @@ def fit(engine, *, max_iter: int, n_runs: int = 1, tol: float | None = 0.0, rng=
         if select == "best":
             kept = [r for r in out.runs if r.params is not None]
             out.best = kept[0] if kept else None
-    watch = callback is not None or checkpoint is not None
-    calls = 0
+    watch = _Watch(callback, checkpoint, checkpoint_every, run_name)
     bar = _progress(progress, n_runs * max_iter, desc, unit)
     if bar is not None:
         bar.update(r0 * max_iter)
@@ -242,59 +241,85 @@ def fit(engine, *, max_iter: int, n_runs: int = 1, tol: float | None = 0.0, rng=
         for r in range(r0, n_runs):
             if bar is not None and n_runs > 1:
                 bar.set_description(f"{desc} {run_name} {r + 1}/{n_runs}")
-            if resume is not None and r == r0:
-                state = copy.deepcopy(resume["state"])
-                trace = list(resume["objectives"])
-                it = int(resume["iteration"])
-                converged, degenerate = bool(resume["converged"]), bool(resume["degenerate"])
-                if bar is not None:
-                    bar.update(it)
-            else:
-                state = engine.init(rng, r)
-                trace = [float(engine.objective(state))] if engine.initial_objective else []
-                it = 0
-                converged = degenerate = False
-            stopped = False
-            while it < max_iter and not (converged or degenerate):
-                state = engine.step(state, rng)
-                it += 1
-                trace.append(float(engine.objective(state)))
-                degenerate = bool(engine.degenerate(state))
-                converged = (not degenerate and tol is not None
-                             and bool(engine.converged(trace, tol, state)))
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(objective=f"{trace[-1]:.6g}", refresh=False)
-                if watch:
-                    calls += 1
-                    snap = {"run": r, run_name: r, "iteration": it, "objective": trace[-1],
-                            "objectives": list(trace), "converged": converged,
-                            "degenerate": degenerate, "state": state, "runs": list(out.runs),
-                            "rng": None if rng is None else rng.get_state(),
-                            **engine.info(state)}
-                    keep_going = callback is None or callback(snap) is not False
-                    if checkpoint is not None and (calls % checkpoint_every == 0
-                                                   or not keep_going):
-                        checkpoint(snap)
-                    if not keep_going:
-                        stopped = True
-                        break
-            if bar is not None and not stopped:
-                bar.update(max_iter - it)
-            run = Run(engine.result(state), trace, it, converged, degenerate, stopped)
-            del state
-            out.runs.append(run)
-            if select == "best":
-                if out.best is None or run.beats(out.best, getattr(engine, "tie_rtol", 0.0)):
-                    if out.best is not None:
-                        out.best.params = None
-                    out.best = run
-                else:
-                    run.params = None
-            if stopped:
+            run = _one_run(engine, r, max_iter, tol, rng, resume if r == r0 else None, watch,
+                           out, bar)
+            _keep(out, run, select, getattr(engine, "tie_rtol", 0.0))
+            if run.stopped:
                 out.stopped = True
                 break
     finally:
         if bar is not None:
             bar.close()
     return out
+
+
+class _Watch:
+    """The callback and checkpoints of a fit: after each step, a snapshot for them."""
+
+    def __init__(self, callback, checkpoint, every, run_name):
+        self.callback, self.checkpoint, self.every = callback, checkpoint, every
+        self.run_name = run_name
+        self.active = callback is not None or checkpoint is not None
+        self.calls = 0
+
+    def after_step(self, engine, r, it, trace, converged, degenerate, state, out, rng):
+        """Hand the snapshot to the callback (and every ``every`` calls, or on a stop, to
+        the checkpoint); False: the callback asked to stop."""
+        self.calls += 1
+        snap = {"run": r, self.run_name: r, "iteration": it, "objective": trace[-1],
+                "objectives": list(trace), "converged": converged,
+                "degenerate": degenerate, "state": state, "runs": list(out.runs),
+                "rng": None if rng is None else rng.get_state(), **engine.info(state)}
+        keep_going = self.callback is None or self.callback(snap) is not False
+        if self.checkpoint is not None and (self.calls % self.every == 0 or not keep_going):
+            self.checkpoint(snap)
+        return keep_going
+
+
+def _one_run(engine, r, max_iter, tol, rng, resume, watch, out, bar) -> Run:
+    """Run ``r``: from ``engine.init`` (or from the snapshot ``resume``) until it converges,
+    degenerates, reaches ``max_iter`` steps or the callback stops it."""
+    if resume is not None:
+        state = copy.deepcopy(resume["state"])
+        trace = list(resume["objectives"])
+        it = int(resume["iteration"])
+        converged, degenerate = bool(resume["converged"]), bool(resume["degenerate"])
+        if bar is not None:
+            bar.update(it)
+    else:
+        state = engine.init(rng, r)
+        trace = [float(engine.objective(state))] if engine.initial_objective else []
+        it = 0
+        converged = degenerate = False
+    stopped = False
+    while it < max_iter and not (converged or degenerate):
+        state = engine.step(state, rng)
+        it += 1
+        trace.append(float(engine.objective(state)))
+        degenerate = bool(engine.degenerate(state))
+        converged = (not degenerate and tol is not None
+                     and bool(engine.converged(trace, tol, state)))
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(objective=f"{trace[-1]:.6g}", refresh=False)
+        if watch.active and not watch.after_step(engine, r, it, trace, converged, degenerate,
+                                                 state, out, rng):
+            stopped = True
+            break
+    if bar is not None and not stopped:
+        bar.update(max_iter - it)
+    return Run(engine.result(state), trace, it, converged, degenerate, stopped)
+
+
+def _keep(out: Fit, run: Run, select: str, tie_rtol: float) -> None:
+    """Append ``run`` to ``out.runs``; with ``select="best"`` keep the parameters of the
+    best run only (:meth:`Run.beats`), dropping the others' to free their memory."""
+    out.runs.append(run)
+    if select != "best":
+        return
+    if out.best is None or run.beats(out.best, tie_rtol):
+        if out.best is not None:
+            out.best.params = None
+        out.best = run
+    else:
+        run.params = None

@@ -1,7 +1,9 @@
 """Generative models written once as Pyro programs: the hub of every method.
 
-Each module (``mm``, ``bce``, ``gbce``, ``nbce``, ``pcc``) exposes ``model(...)`` and its
-guides.  ``mm``, ``bce``, ``gbce`` and ``nbce`` follow one calling convention, which
+Each family package (``mm``, ``bce``, ``gbce``, ``nbce``, ``pcc``) exposes its spec's
+``model(...)`` and guides, and declares itself once in a ``FAMILY`` record
+(:mod:`consensuskit.models.family`) from which the package's lists of families derive.
+``mm``, ``bce``, ``gbce`` and ``nbce`` follow one calling convention, which
 :class:`consensuskit.PyroConsensus`, the generic engines
 (:mod:`consensuskit.inference.pyro_svi`, :mod:`~consensuskit.inference.pyro_mcmc`), the
 per-row scoring (:mod:`~consensuskit.inference.pointwise`) and the fast-path registry
@@ -38,18 +40,20 @@ labels, features and latents); its label part is BCE's (same global sites).  ``p
 co-association model) keeps its own signature.
 """
 
+import pkgutil as _pkgutil
 from importlib import import_module as _import_module
 
-#: The model families, one package each (spec, engines, kernels, estimator).
-FAMILIES = ("mm", "bce", "gbce", "nbce", "pcc")
+#: The model families, one package each (spec, engines, kernels, estimator, and its
+#: registration record ``FAMILY``: :mod:`consensuskit.models.family`), found on disk.
+FAMILIES = tuple(m.name for m in _pkgutil.iter_modules(__path__) if m.ispkg)
 
-__all__ = ["simulate", "convention", *FAMILIES]
+__all__ = ["simulate", "convention", "family", *FAMILIES]
 
 
 def __getattr__(name):
     # Imported on first use, so that importing an estimator does not import Pyro.
     if name == "simulate":
         return _import_module("consensuskit.models.simulation").simulate
-    if name in FAMILIES or name == "convention":
+    if name in FAMILIES or name in ("convention", "family"):
         return _import_module(f"consensuskit.models.{name}")
     raise AttributeError(f"module 'consensuskit.models' has no attribute {name!r}")

@@ -3,27 +3,27 @@
 One home for the family: ``spec`` (the Pyro model and its guides: the specification),
 ``guides``, ``marginal`` (the exact count-vector row marginal), ``cavi`` (variational
 EM) with its numba ``kernels``, ``alpha`` (importance-sampled marginal likelihood and
-the ``iw`` refit), ``svi``, and ``estimator`` (the scikit-learn estimator). The spec's
-public names are reachable here too, so ``from consensuskit.models import bce;
-bce.model`` keeps working; they are imported on first use, so importing the estimator
-does not import Pyro.
+the ``iw`` refit), ``svi``, and ``estimator`` (the scikit-learn estimator). Its spec's
+public names are reachable here too (``from consensuskit.models import bce;
+bce.model``), and the package declares the family's registration record ``FAMILY``
+(:mod:`consensuskit.models.family`).
 """
 
-from importlib import import_module as _import_module
+from consensuskit.models.family import Family, WarmUp, spec_reexport
 
-__all__ = ["spec", "estimator"]
+__all__ = ["FAMILY", "spec", "estimator"]
+
+#: The family's registration record (:mod:`consensuskit.models.family`).
+FAMILY = Family(
+    name="bce", estimator="BCE", module="consensuskit.models.bce.estimator",
+    spec="consensuskit.models.bce.spec", fast_paths="consensuskit.models.bce.fast_paths",
+    # one E-step kernel per dtype serves every K
+    warm_up=WarmUp("BCE E-step kernel",
+                   tuple(dict(n_clusters=3, max_iter=2, n_init=1, dtype=dtype,
+                              n_perplexity_samples=10) for dtype in ("float64", "float32")),
+                   ("consensuskit.models.bce.kernels", "consensuskit.models.vector_math")),
+    demo=(("BCE", dict(n_clusters=3)),),
+    tiny_fit={"n_init": 1, "max_iter": 10}, order=20)
 
 
-def __getattr__(name):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    spec = _import_module(f"{__name__}.spec")
-    try:
-        return getattr(spec, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-
-
-def __dir__():
-    spec = _import_module(f"{__name__}.spec")
-    return sorted(set(globals()) | set(getattr(spec, "__all__", ())))
+__getattr__, __dir__ = spec_reexport(__name__)

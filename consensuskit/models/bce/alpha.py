@@ -77,11 +77,11 @@ def sequential_log_weights(alpha, beta, data, n_samples: int, generator, rows=sl
     z : LongTensor (M, S, n) or None
         The assignments (meaningless where a label is missing).
     """
-    from consensuskit.models.bce.cavi import _extend
+    from consensuskit.models.bce.cavi import with_missing_column
 
     a = alpha.to(beta.dtype)
     K = a.shape[0]
-    beta_ext = _extend(beta)
+    beta_ext = with_missing_column(beta)
     idx0, _ = data.column(0, rows)
     n = idx0.shape[0]
     counts = beta.new_zeros(n_samples, n, K)
@@ -209,9 +209,9 @@ def _maximise_fixed_particles(alpha0, base, terms: _CountTerms):
 
 def _log_beta_of(beta, z, data):
     """``sum_{j observed} log beta_j(z_ij, x_ij)`` per particle, (S, n)."""
-    from consensuskit.models.bce.cavi import _extend
+    from consensuskit.models.bce.cavi import with_missing_column
 
-    logb = torch.log(_extend(beta))
+    logb = torch.log(with_missing_column(beta))
     out = logb.new_zeros(z.shape[1:])
     for j in range(data.n_partitions):
         idx, mask = data.column(j)

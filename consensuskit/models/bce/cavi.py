@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -61,6 +62,7 @@ __all__ = [
     "bound_at",
     "initial_gamma",
     "e_step",
+    "EStep",
     "fold_in",
     "pack_beta",
     "unpack_beta",
@@ -89,8 +91,9 @@ def unpack_beta(beta: torch.Tensor, offsets) -> list:
     return [beta[:, int(offsets[j]):int(offsets[j + 1])] for j in range(len(offsets) - 1)]
 
 
-def _extend(beta: torch.Tensor) -> torch.Tensor:
-    """Append the dummy column of ones (index ``L``) used for missing labels."""
+def with_missing_column(beta: torch.Tensor) -> torch.Tensor:
+    """Packed ``beta`` (K, L) with a dummy column of ones appended (index ``L``, shape
+    (K, L + 1)): a missing label gathers that column, so it contributes a factor 1."""
     return torch.cat([beta, beta.new_ones(beta.shape[0], 1)], dim=1)
 
 
@@ -140,7 +143,7 @@ def update_phi(elog_theta, beta, idx, mask=None, *, realmin: float = 0.0, shift:
     phi : Tensor, shape (K, N) or (M, K, N)
     """
     if beta.shape[1] == 0 or idx.max() >= beta.shape[1]:
-        beta = _extend(beta)
+        beta = with_missing_column(beta)
     e = elog_theta - elog_theta.max(0, keepdim=True).values if shift else elog_theta
     w = torch.exp(e)
     if idx.dim() == 1:
@@ -270,7 +273,9 @@ def update_alpha(alpha, suff, n_rows, *, max_iter: int = 500, tol: float = 1e-3,
     return a.to(out_dtype), {"n_iter": n_iter, "n_halvings": n_halve, "stalled": stalled}
 
 
-def _sum64(x) -> float:
+def sum64(x) -> float:
+    """The sum of every entry of tensor ``x`` accumulated in float64, as a Python float (the
+    bound's terms keep float64 sums whatever the engine's dtype)."""
     return float(x.sum(dtype=torch.float64))
 
 
@@ -301,8 +306,8 @@ def row_terms(gamma, phi_sum) -> RowTerms:
     """:class:`RowTerms` of ``gamma`` (K, N) and ``phi_sum`` (K, N) by torch (any device)."""
     E = elog_dirichlet(gamma)
     suff = E.sum(1, dtype=torch.float64)
-    cross = _sum64((phi_sum - gamma) * E)
-    lg = _sum64(torch.lgamma(gamma)) - _sum64(torch.lgamma(gamma.sum(0)))
+    cross = sum64((phi_sum - gamma) * E)
+    lg = sum64(torch.lgamma(gamma)) - sum64(torch.lgamma(gamma.sum(0)))
     return RowTerms(suff=suff, cross=cross, lgamma=lg, n_rows=int(gamma.shape[1]))
 
 
@@ -346,10 +351,10 @@ def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: f
     const = N * (float(torch.lgamma(a.sum())) - float(torch.lgamma(a).sum()))
     t = float((a * terms.suff.to(a)).sum()) + terms.cross + terms.lgamma
     logb = torch.log(beta)
-    t += _sum64(stats * logb)
+    t += sum64(stats * logb)
     val = const + t - float(phi_log_phi)
     if smoothing:
-        val += smoothing * _sum64(logb)
+        val += smoothing * sum64(logb)
     return val
 
 
@@ -359,18 +364,48 @@ def bound_at(alpha, beta, gamma, data, *, smoothing: float = 0.0) -> float:
     The state a fitted estimator reports: anyone holding ``alpha``, ``beta`` and
     ``gamma`` can rebuild ``phi`` and recompute the bound independently.
     """
-    _, phi_sum, stats, plogp, _ = e_step(alpha, beta, data, gamma, 1)
-    return lower_bound(alpha, beta, gamma, phi_sum, stats, plogp, smoothing=smoothing)
+    out = e_step(alpha, beta, data, gamma, 1)
+    return lower_bound(alpha, beta, gamma, out.phi_sum, out.stats, out.phi_log_phi,
+                       smoothing=smoothing)
 
 
 def phi_log_phi(phi) -> float:
     """``sum phi ln phi`` with 0 ln 0 = 0 for an explicit phi tensor."""
-    return _sum64(torch.special.xlogy(phi, phi))
+    return sum64(torch.special.xlogy(phi, phi))
+
+
+class EStep(NamedTuple):
+    """What :func:`e_step` returns (a named tuple: fields by name or position).
+
+    Attributes
+    ----------
+    gamma : Tensor (K, N)
+        After the last pass (``alpha + phi_sum``).
+    phi_sum : Tensor (K, N)
+        ``sum_j u_j phi_ij`` (plus the extra terms') from the last pass.
+    stats : Tensor (K, L) or None
+        The beta statistics ``sum_i u_j phi_ijh [x_ij = l]`` (None unless ``collect``).
+    phi_log_phi : float or None
+        ``sum phi ln phi`` of the last pass (None unless ``collect``).
+    n_passes : int
+        Largest number of passes used by a chunk of rows.
+    terms : RowTerms or None
+        Only with ``with_terms=True`` (and ``collect``): the bound's row terms and
+        alpha's statistic at the returned gamma (:class:`RowTerms`), formed by the CPU
+        kernel in its last pass, by :func:`row_terms` on the torch backend.
+    """
+
+    gamma: torch.Tensor
+    phi_sum: torch.Tensor
+    stats: torch.Tensor | None
+    phi_log_phi: float | None
+    n_passes: int
+    terms: RowTerms | None = None
 
 
 def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = True,
            tol: float = 0.0, chunk_size: int = 8192, backend: str = "auto", weights=None,
-           extra=None, n_jobs: int | None = None, with_terms: bool = False):
+           extra=None, n_jobs: int | None = None, with_terms: bool = False) -> EStep:
     """The estimator's E-step: ``n_iter`` passes of (phi, gamma) updates, warm-started.
 
     Rows are processed in chunks of ``chunk_size`` (the updates are independent
@@ -405,18 +440,8 @@ def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = 
 
     Returns
     -------
-    gamma : Tensor (K, N)
-        After the last pass (``alpha + phi_sum``).
-    phi_sum : Tensor (K, N)
-        ``sum_j u_j phi_ij`` (plus the extra terms') from the last pass.
-    stats : Tensor (K, L) or None
-    phi_log_phi : float or None
-    n_passes : int
-        Largest number of passes used by a chunk.
-    terms : RowTerms
-        Only with ``with_terms=True`` (and ``collect``): the bound's row terms and
-        alpha's statistic at the returned gamma (:class:`RowTerms`), formed by the CPU
-        kernel in its last pass, by :func:`row_terms` on the torch backend.
+    EStep
+        ``(gamma, phi_sum, stats, phi_log_phi, n_passes, terms)``.
 
     ``backend``: ``"torch"`` (any device; the reference), ``"numba"`` (CPU only, a fused
     per-row kernel computing the same quantities, see
@@ -438,75 +463,98 @@ def e_step(alpha, beta, data: LabelData, gamma, n_iter: int, *, collect: bool = 
         if not plain:
             raise ValueError("backend='numba' runs plain BCE only (no weights, no extra terms)")
         out = _e_step_numba(alpha, beta, data, gamma, n_iter, collect, n_jobs)
-        return out if with_terms else out[:5]
+        return out if with_terms else out._replace(terms=None)
     if collect and tol > 0:
         raise ValueError("e_step: tol > 0 (early stopping) is only for collect=False")
+    out = _e_step_torch(alpha, beta, data, gamma, n_iter, collect=collect, tol=tol,
+                        chunk_size=chunk_size, weights=None if unit else weights, extra=extra)
+    if with_terms:
+        return out._replace(terms=row_terms(out.gamma, out.phi_sum))
+    return out
+
+
+class _Collected:
+    """The collecting pass's running sums over chunks of rows (the torch E-step)."""
+
+    def __init__(self, beta, K, L):
+        self.stats = beta.new_zeros(K, L + 1)  # the last column: missing labels
+        self.plogp = 0.0
+
+
+def _e_step_torch(alpha, beta, data, gamma, n_iter, *, collect, tol, chunk_size, weights,
+                  extra) -> EStep:
+    """:func:`e_step` by torch on any device, chunk by chunk of rows (``weights``: None
+    when every column weighs 1)."""
     K, N = gamma.shape
-    M = data.n_partitions
     L = data.n_total_labels
-    u = None if unit else [float(v) for v in weights.tolist()]
-    V_all = data.n_observed_rows if unit else data.weighted_rows(weights)
+    u = None if weights is None else [float(v) for v in weights.tolist()]
+    V_all = data.n_observed_rows if weights is None else data.weighted_rows(weights)
     if extra is not None:
         chunk_size = extra.chunk_size(chunk_size, K)
-    beta_ext = _extend(beta)
-    logb_ext = torch.log(beta_ext) if collect else None
+    beta_ext = with_missing_column(beta)
     gamma_out = torch.empty_like(gamma)
     phi_sum = torch.empty_like(gamma)
-    stats = beta.new_zeros(K, L + 1) if collect else None
-    plogp = 0.0
+    sums = _Collected(beta, K, L) if collect else None
     a = alpha.to(gamma.dtype)[:, None]
     max_passes = 0
     for start in range(0, N, chunk_size):
         rows = slice(start, min(N, start + chunk_size))
-        g = gamma[:, rows]
-        t = 0
-        while t < n_iter:
-            t += 1
-            last = t == n_iter
-            keep = collect and last
-            E = elog_dirichlet(g)
-            m = E.max(0, keepdim=True).values
-            w = torch.exp(E - m)
-            acc = torch.zeros_like(g)
-            logd = g.new_zeros(g.shape[1]) if keep else None
-            for j in range(M):
-                idx_j, mask_j = data.column(j, rows)
-                phi_j, d = _phi_from_weights(w, beta_ext, idx_j, mask_j)
-                if u is not None:
-                    phi_j = phi_j * u[j]
-                acc += phi_j
-                if keep:
-                    stats.index_add_(1, idx_j, phi_j)
-                    ld = torch.log(d)
-                    if u is not None:
-                        ld = ld * u[j]
-                    logd += ld if mask_j is None else ld * mask_j
-            acc_x = None if extra is None else extra.phi_sum(E, rows, keep)
-            g_new = a + acc
-            if acc_x is not None:
-                g_new = g_new + acc_x
-            if keep:
-                V = V_all[rows].to(g.dtype)
-                plogp += _sum64(acc * E) - _sum64(m[0] * V) - _sum64(logd)
-            done = last
-            if tol > 0 and not last:
-                done = float((g_new - g).abs().sum() / g.sum()) <= tol
-            g = g_new
-            if done:
-                break
+        g, acc, t = _chunk_passes(a, beta_ext, data, gamma[:, rows], rows, n_iter, u, extra,
+                                  sums, V_all, tol)
         max_passes = max(max_passes, t)
         gamma_out[:, rows] = g
-        phi_sum[:, rows] = acc if acc_x is None else acc + acc_x
-    if collect:
-        stats_L = stats[:, :L]
-        plogp += _sum64(stats_L * logb_ext[:, :L])
-        if extra is not None:
-            plogp += extra.phi_log_phi
-        if with_terms:
-            return (gamma_out, phi_sum, stats_L, plogp, max_passes,
-                    row_terms(gamma_out, phi_sum))
-        return gamma_out, phi_sum, stats_L, plogp, max_passes
-    return gamma_out, phi_sum, None, None, max_passes
+        phi_sum[:, rows] = acc
+    if not collect:
+        return EStep(gamma_out, phi_sum, None, None, max_passes)
+    stats_L = sums.stats[:, :L]
+    plogp = sums.plogp + sum64(stats_L * torch.log(beta_ext)[:, :L])
+    if extra is not None:
+        plogp += extra.phi_log_phi
+    return EStep(gamma_out, phi_sum, stats_L, plogp, max_passes)
+
+
+def _chunk_passes(a, beta_ext, data, g, rows, n_iter, u, extra, sums, V_all, tol):
+    """Up to ``n_iter`` (phi, gamma) passes over one chunk of rows ``rows`` from its warm
+    start ``g`` (K, n); with ``sums`` (a :class:`_Collected`), the last pass adds its
+    beta statistics and entropy there.  Returns ``(gamma (K, n), phi_sum (K, n), passes)``.
+    """
+    M = data.n_partitions
+    t = 0
+    while t < n_iter:
+        t += 1
+        last = t == n_iter
+        keep = sums is not None and last
+        E = elog_dirichlet(g)
+        m = E.max(0, keepdim=True).values
+        w = torch.exp(E - m)
+        acc = torch.zeros_like(g)
+        logd = g.new_zeros(g.shape[1]) if keep else None
+        for j in range(M):
+            idx_j, mask_j = data.column(j, rows)
+            phi_j, d = _phi_from_weights(w, beta_ext, idx_j, mask_j)
+            if u is not None:
+                phi_j = phi_j * u[j]
+            acc += phi_j
+            if keep:
+                sums.stats.index_add_(1, idx_j, phi_j)
+                ld = torch.log(d)
+                if u is not None:
+                    ld = ld * u[j]
+                logd += ld if mask_j is None else ld * mask_j
+        acc_x = None if extra is None else extra.phi_sum(E, rows, keep)
+        g_new = a + acc
+        if acc_x is not None:
+            g_new = g_new + acc_x
+        if keep:
+            V = V_all[rows].to(g.dtype)
+            sums.plogp += sum64(acc * E) - sum64(m[0] * V) - sum64(logd)
+        done = last
+        if tol > 0 and not last:
+            done = float((g_new - g).abs().sum() / g.sum()) <= tol
+        g = g_new
+        if done:
+            break
+    return g, (acc if acc_x is None else acc + acc_x), t
 
 
 def _have_numba() -> bool:
@@ -518,7 +566,7 @@ def _have_numba() -> bool:
 
 
 def _e_step_numba(alpha, beta, data, gamma, n_iter, collect, n_jobs=None, run_estep=None):
-    """:func:`e_step` by the fused kernel; returns its 5 outputs and the :class:`RowTerms`.
+    """:func:`e_step` by the fused kernel: an :class:`EStep` with its :class:`RowTerms`.
 
     ``run_estep``: the kernel's entry point (default :func:`_bce_numba.run_estep`; a
     benchmark passes an earlier version of it).
@@ -532,7 +580,7 @@ def _e_step_numba(alpha, beta, data, gamma, n_iter, collect, n_jobs=None, run_es
     L = data.n_total_labels
     idx, mask = data.row_layout()
     dt = gamma.dtype
-    betaT = np.ascontiguousarray(_extend(beta.detach().to(dt)).T.numpy())
+    betaT = np.ascontiguousarray(with_missing_column(beta.detach().to(dt)).T.numpy())
     if mask is not None and mask.dtype != betaT.dtype:
         mask = mask.astype(betaT.dtype)
     if n_jobs is None:
@@ -544,12 +592,12 @@ def _e_step_numba(alpha, beta, data, gamma, n_iter, collect, n_jobs=None, run_es
         gamma.detach().contiguous().numpy(), int(n_iter), bool(collect), n_threads=n_jobs)
     gamma_out, phi_sum = torch.from_numpy(g_out), torch.from_numpy(ps)
     if not collect:
-        return gamma_out, phi_sum, None, None, n_iter, None
+        return EStep(gamma_out, phi_sum, None, None, n_iter, None)
     st = torch.from_numpy(stats[:L].T.copy())
     plogp = float(terms[K]) + float((st * torch.log(beta.detach().double())).sum())
     rt = RowTerms(suff=torch.from_numpy(terms[:K].copy()), cross=float(terms[K + 1]),
                   lgamma=float(terms[K + 2]), n_rows=N)
-    return gamma_out, phi_sum, st.to(beta.dtype), plogp, n_iter, rt
+    return EStep(gamma_out, phi_sum, st.to(beta.dtype), plogp, n_iter, rt)
 
 
 def initial_gamma(alpha, data: LabelData, dtype=None, row_weights=None):
@@ -570,9 +618,8 @@ def fold_in(alpha, beta, data: LabelData, *, max_iter: int = 500, tol: float = 1
     ``weights``, ``extra`` and ``row_weights`` as in :func:`e_step` / :func:`initial_gamma`.
     """
     g0 = initial_gamma(alpha, data, beta.dtype, row_weights)
-    gamma, _, _, _, _ = e_step(alpha, beta, data, g0, max_iter, collect=False, tol=tol,
-                               chunk_size=chunk_size, weights=weights, extra=extra)
-    return gamma
+    return e_step(alpha, beta, data, g0, max_iter, collect=False, tol=tol,
+                  chunk_size=chunk_size, weights=weights, extra=extra).gamma
 
 
 # ---------------------------------------------------------------------------------------

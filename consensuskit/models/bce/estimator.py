@@ -14,25 +14,21 @@ from consensuskit.base import (
     ConsensusEstimator,
     GenerativeMixin,
     check_n_clusters,
-    check_positive_float,
-    check_positive_int,
-    degenerate_advice,
     resolve_device,
     resolve_dtype,
     torch_generator,
 )
-from consensuskit.data.ensemble import Ensemble, as_ensemble
+from consensuskit.data.ensemble import Ensemble
 from consensuskit.inference.driver import Fit
-from consensuskit.inference.driver import fit as drive
 from consensuskit.inference.pyro_consensus import HubBackedMixin
-from consensuskit.io.checkpoint import check_checkpoint_params, checkpoint_writer, read_checkpoint
+from consensuskit.models.base import DriverFitMixin, Integer, OneOf, Real
 from consensuskit.models.bce import alpha as bce_alpha
 from consensuskit.models.bce import cavi
 
 __all__ = ["BCE"]
 
 
-class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
+class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     """Bayesian cluster ensemble: a mixed-membership model of base-clustering labels.
 
     Generative process (paper symbols; ``k_j`` labels in base clustering ``j``)::
@@ -188,53 +184,33 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         self.n_jobs = n_jobs
 
     # ------------------------------------------------------------------ fitting
+    _driver_inference = "cavi"
+    _degenerate_optimum = ("sum(alpha) grew past 10 times the most (weighted) labels of a "
+                           "row")
+    _parameter_checks = {
+        "inference": OneOf("cavi", "svi", "nuts"),
+        "init": OneOf("kmeans", "random"),
+        "alpha_estimate": OneOf("iw", "meanfield"),
+        "max_iter": Integer(1),
+        "n_init": Integer(1),
+        "inner_iter": Integer(1),
+        "n_perplexity_samples": Integer(1),
+        "tol": Real(allow_zero=True),
+        "smoothing": Real(),
+        "learning_rate": Real(),
+        "batch_size": Integer(1, optional=True),
+    }
+
     def _validate(self, ensemble):
         K = check_n_clusters(self.n_clusters, ensemble.n_samples)
-        if self.inference not in ("cavi", "svi", "nuts"):
-            raise ValueError(
-                f"inference must be 'cavi', 'svi' or 'nuts'; got {self.inference!r}")
-        if self.init not in ("kmeans", "random"):
-            raise ValueError(f"init must be 'kmeans' or 'random'; got {self.init!r}")
-        if self.alpha_estimate not in ("iw", "meanfield"):
-            raise ValueError(f"alpha_estimate must be 'iw' or 'meanfield'; "
-                             f"got {self.alpha_estimate!r}")
-        check_positive_int(self.max_iter, "max_iter")
-        check_positive_int(self.n_init, "n_init")
-        check_positive_int(self.inner_iter, "inner_iter")
-        check_positive_int(self.n_perplexity_samples, "n_perplexity_samples")
-        check_positive_float(self.tol, "tol", allow_zero=True)
-        check_positive_float(self.smoothing, "smoothing")
-        check_positive_float(self.learning_rate, "learning_rate")
-        if self.batch_size is not None:
-            check_positive_int(self.batch_size, "batch_size")
-        check_checkpoint_params(self)
-        if self.inference != "cavi" and (
-            self.callback is not None or self.checkpoint_path is not None
-        ):
-            raise ValueError("callback and checkpoint_path need inference='cavi'")
+        self._validate_parameters()
+        self._check_driver_options()
         return K, resolve_device(self.device), resolve_dtype(self.dtype)
 
-    def fit(self, X, y=None, resume_from=None):
-        """Fit on base clusterings ``X`` (N, M); ``resume_from``: a checkpoint file.
-
-        ``resume_from`` continues the run saved there by ``checkpoint_path`` (same
-        data and hyper-parameters, else ValueError) and ends exactly where the
-        uninterrupted run ends.
-        """
-        ens = as_ensemble(X)
-        self.ensemble_ = ens
-        self.n_features_in_ = ens.n_partitions
-        self._fit(ens, resume=self._read_resume(resume_from, ens))
-        return self
-
-    def _read_resume(self, resume_from, ens, extra_digest=""):
-        if resume_from is None:
-            return None
-        if self.inference != "cavi":
-            raise ValueError("resume_from needs inference='cavi'")
-        return read_checkpoint(resume_from, self, ens, extra_digest)
-
-    def _init_beta(self, ensemble, K, rs):
+    def initial_beta(self, ensemble, K, rs):
+        """A starting beta (K, sum_j k_j) by this estimator's ``init`` ("kmeans": from a
+        k-means of the rows' one-hot labels; "random"), drawn from ``rs`` (a RandomState);
+        one call per restart, in the order of the restarts."""
         if self.init == "kmeans":
             return cavi.init_beta_kmeans(ensemble, K, rs, n_jobs=self._threads())
         return cavi.init_beta_random(ensemble, K, rs)
@@ -252,21 +228,15 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
 
     def _engine(self, ensemble, data, K, features=None, **kw):
         """The CAVI engine of this estimator's settings (``kw``: distributed hooks)."""
-        return cavi.CAVI(data, K, lambda rng: self._init_beta(ensemble, K, rng),
+        return cavi.CAVI(data, K, lambda rng: self.initial_beta(ensemble, K, rng),
                          inner_iter=self.inner_iter, smoothing=self.smoothing,
                          features=features, n_jobs=self._threads(), **kw)
 
-    def _drive(self, engine, ensemble, rs, resume=None, digest=""):
-        """``n_init`` restarts of ``engine`` under the fit driver (callback, checkpoints)."""
-        return drive(engine, max_iter=self.max_iter, n_runs=self.n_init, tol=self.tol, rng=rs,
-                     callback=self.callback,
-                     checkpoint=checkpoint_writer(self, ensemble, digest),
-                     checkpoint_every=self.checkpoint_every, resume=resume,
-                     progress=bool(self.verbose), desc=type(self).__name__,
-                     run_name="restart")
-
-    def _set_fitted(self, ensemble, fit, device=None, dtype=None):
-        """Fitted attributes from the driver's :class:`~consensuskit.inference.driver.Fit`."""
+    def set_fitted_state(self, ensemble, fit, device=None, dtype=None):
+        """Set the fitted attributes from the driver's :class:`~consensuskit.inference.driver.Fit`
+        of the CAVI engine (its best run's ``CAVIState``), with the restart and degeneracy
+        report; returns that state.  ``device``, ``dtype``: where the fit ran, when not in
+        this process's settings (the distributed launcher)."""
         run = fit.best
         state = run.params
         self.stopped_ = bool(fit.stopped)
@@ -293,30 +263,6 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         self.n_iter_ = int(run.n_iter)
         self.converged_ = bool(run.converged)
         return state
-
-    def _report_restarts(self, fit, K):
-        """``degenerate_``, ``n_degenerate_``, ``n_higher_bound_skipped_``, with warnings.
-
-        The driver keeps the best non-degenerate restart; a degenerate restart with a
-        higher bound passed over for it is counted and reported, not silently dropped.
-        """
-        best = fit.best
-        self.n_degenerate_ = int(fit.n_degenerate)
-        self.degenerate_ = bool(fit.all_degenerate)
-        self.n_higher_bound_skipped_ = sum(
-            r is not best and r.degenerate and r.objective > best.objective for r in fit.runs)
-        name = type(self).__name__
-        if self.degenerate_:
-            warnings.warn(
-                f"every {name} restart ran into the degenerate optimum "
-                "(sum(alpha) grew past 10 times the most (weighted) labels of a row); "
-                "returning the best bound. " + degenerate_advice(self.init, self.n_init, K),
-                RuntimeWarning, stacklevel=5)
-        elif self.n_higher_bound_skipped_:
-            warnings.warn(
-                f"{name} kept a non-degenerate restart over {self.n_higher_bound_skipped_} "
-                "degenerate restart(s) with a higher bound (the bound favours the degenerate "
-                "optimum; see n_higher_bound_skipped_)", RuntimeWarning, stacklevel=5)
 
     def _refine_iw(self, ensemble, data, K, state, rs):
         """``alpha_estimate="iw"``: Monte Carlo EM on the marginal likelihood (bce_alpha).
@@ -357,7 +303,7 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         else:
             from consensuskit.models.bce.svi import fit_svi
 
-            run = fit_svi(ensemble, data, K, beta0=self._init_beta(ensemble, K, rs),
+            run = fit_svi(ensemble, data, K, beta0=self.initial_beta(ensemble, K, rs),
                           n_epochs=self.max_iter, batch_size=self.batch_size,
                           learning_rate=self.learning_rate, smoothing=self.smoothing,
                           random_state=rs, verbose=self.verbose)
@@ -365,7 +311,7 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         self.log_marginals_, self.iw_start_ = [], None
         if self.alpha_estimate == "iw":
             self._refine_iw(ensemble, data, K, fit.best.params, rs)
-        state = self._set_fitted(ensemble, fit)
+        state = self.set_fitted_state(ensemble, fit)
         self.lower_bound_ = cavi.bound_at(state.alpha, state.beta, state.gamma, data,
                                           smoothing=self.smoothing)
         return self
@@ -423,6 +369,26 @@ class BCE(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
     def predict(self, X, unknown="error"):
         """Hard consensus of new rows (argmax of :meth:`predict_proba`), shape (n,)."""
         return self.predict_proba(X, unknown=unknown).argmax(1)
+
+    def to_spec(self):
+        """The fitted state as values of the spec's sites (:mod:`consensuskit.models.bce.spec`).
+
+        Returns
+        -------
+        model_kwargs : dict
+            ``n_labels`` and ``n_clusters``: the keyword arguments of ``spec.model``.
+        draws : dict
+            Global site -> float64 tensor of shape (1, ...): ``alpha`` (1, K) and
+            ``beta_j`` (1, K, k_j), the point estimate as one draw.  (GBCE: its label
+            part; the features are integrated out.)
+        """
+        check_is_fitted(self, "alpha_")
+        kw = dict(n_labels=[int(k) for k in self.ensemble_.n_labels],
+                  n_clusters=len(self.alpha_))
+        draws = {"alpha": torch.as_tensor(np.asarray(self.alpha_, dtype=np.float64))[None]}
+        draws.update({f"beta_{j}": torch.as_tensor(np.asarray(b, dtype=np.float64))[None]
+                      for j, b in enumerate(self.beta_)})
+        return kw, draws
 
     # ------------------------------------------------------------ likelihood
     def _pointwise_log_likelihood(self, ensemble: Ensemble):

@@ -21,7 +21,8 @@ Why it is fast:
   multiply-adds for ``sum_j phi_ijh = sum_j (w_ih beta_j(h, x_ij)) / d_ij`` (products
   and sums in the order of the per-row kernel it replaced);
 * digamma, log-gamma, ``exp`` and ``log`` written without a data-dependent loop or
-  branch (:func:`_exp_psi`, :func:`_psi_lgamma`, :func:`_exp`, :func:`_log`), so they
+  branch (:func:`_exp_psi`, :func:`_psi_lgamma`, and
+  :mod:`consensuskit.models.vector_math`), so they
   vectorise too (numba's libm calls do not); ``sum_j ln d_ij`` of the entropy term is
   the log of a running product kept in ``[1, 2)`` by splitting off its binary
   exponent, one ``log`` per row instead of ``M``;
@@ -50,6 +51,8 @@ import os
 import numpy as np
 from numba import njit
 
+from consensuskit.models.vector_math import exp_nonpositive, log_positive
+
 #: fewest rows per parallel block; a block holds at least ``8 (L + 1)`` rows so that the
 #: per-block beta statistics stay small.  Fixed by the data, not the thread count.
 BLOCK = 2048
@@ -68,53 +71,7 @@ _OPTS = {"cache": True, "fastmath": _FASTMATH, "error_model": "numpy", "no_cfunc
 # but the kernel's loops then no longer vectorise (2.7 times slower)
 _INLINE = dict(_OPTS, inline="always")
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
-_LN2_HI = 6.93147180369123816490e-01  # ln 2 split for an exact n * ln2 (Cody-Waite)
-_LN2_LO = 1.90821492927058770002e-10
-_INV_LN2 = 1.0 / math.log(2.0)
-_SQRT2 = math.sqrt(2.0)
 _LN2 = math.log(2.0)
-
-
-@njit(**_INLINE)
-def _exp(c):
-    """``exp(c)`` for ``c <= 0`` (0 below -708), branch-free so that it vectorises.
-
-    ``c = n ln2 + r`` with ``|r| <= ln2 / 2``; Taylor polynomial of degree 13 for
-    ``exp(r)`` (truncation < 5e-18); ``2^n`` built from its exponent bits.
-    Relative error a few ulp.
-    """
-    under = c < -708.0
-    c = -708.0 if under else c
-    n = math.floor(c * _INV_LN2 + 0.5)
-    r = (c - n * _LN2_HI) - n * _LN2_LO
-    e = 1.0 + r * (1.0 + r * (1.0 / 2 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (
-        1.0 / 720 + r * (1.0 / 5040 + r * (1.0 / 40320 + r * (1.0 / 362880 + r * (
-            1.0 / 3628800 + r * (1.0 / 39916800 + r * (1.0 / 479001600 + r * (
-                1.0 / 6227020800)))))))))))))
-    scale = np.int64((np.int64(n) + 1023) << 52).view(np.float64)
-    return 0.0 if under else e * scale
-
-
-@njit(**_INLINE)
-def _log(x):
-    """``ln x`` for a positive normal float64, branch-free so that it vectorises.
-
-    ``x = 2^e m`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` from the bits;
-    ``ln m = 2 atanh(s)``, ``s = (m - 1)/(m + 1)``, series to ``s^21`` (truncation < 1e-17).
-    """
-    bits = np.float64(x).view(np.int64)
-    e = (bits >> 52) - 1023
-    m = np.int64((bits & 0xFFFFFFFFFFFFF) | 0x3FF0000000000000).view(np.float64)
-    big = m > _SQRT2
-    m = 0.5 * m if big else m
-    e = e + 1 if big else e
-    s = (m - 1.0) / (m + 1.0)
-    z = s * s
-    lm = 2.0 * s * (1.0 + z * (1.0 / 3 + z * (1.0 / 5 + z * (1.0 / 7 + z * (1.0 / 9 + z * (
-        1.0 / 11 + z * (1.0 / 13 + z * (1.0 / 15 + z * (1.0 / 17 + z * (1.0 / 19 + z * (
-            1.0 / 21)))))))))))
-    fe = np.float64(e)
-    return fe * _LN2_HI + (lm + fe * _LN2_LO)
 
 
 @njit(**_INLINE)
@@ -149,7 +106,7 @@ def _exp_psi(x):
     f = ix * ix
     t = f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f * (1.0 / 132)))))
     c = -0.5 * ix - t - p / q
-    return xs * _exp(c), c, xs
+    return xs * exp_nonpositive(c), c, xs
 
 
 @njit(**_INLINE)
@@ -162,14 +119,145 @@ def _psi_lgamma(x):
     xs, p, q = _shift(x, 10.0)
     ix = 1.0 / xs
     f = ix * ix
-    lx = _log(xs)
+    lx = log_positive(xs)
     t = f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f * (
         1.0 / 132 - f * (691.0 / 32760 - f * (1.0 / 12)))))))
     psi = lx - 0.5 * ix - t - p / q
     s = ix * (1.0 / 12 - f * (1.0 / 360 - f * (1.0 / 1260 - f * (1.0 / 1680 - f * (
         1.0 / 1188 - f * (691.0 / 360360 - f * (1.0 / 156)))))))
-    lg = (xs - 0.5) * lx - xs + _HALF_LOG_2PI + s - _log(q)
+    lg = (xs - 0.5) * lx - xs + _HALF_LOG_2PI + s - log_positive(q)
     return psi, lg
+
+
+# The kernel's pieces, inlined into it by numba (so its loops still vectorise).  Shared
+# arguments, documented once: ``K`` clusters, ``M`` base clusterings, ``T`` rows per tile
+# (the vector dimension), ``nt <= T`` of them real (a short last tile repeats its last
+# row), and the tile's work arrays, allocated by :func:`estep`:
+#   LAB (M, T) label index, R (M, T) 1 observed / 0 missing, B (M, K, T) beta_j(h, x_ij);
+#   G (K + 1, T) gamma, then the row sums; W (K, T) exp(psi(gamma)); E (K, T) psi(gamma);
+#   S (K, T) sum_j w_h beta_j(h, x_ij) / d_ij; A (K, T) the pass's phisum; D (T,) d_ij;
+#   RR (M, T) 1 / d_ij (0 if missing); PM, PE (T,) running product of d_ij (mantissa in
+#   [1, 2) and binary exponent); P, LG (K + 1, T) psi and lnGamma of G.
+@njit(**_INLINE)
+def _gather_tile(idx, mask, has_mask, unit, betaT, gamma, t0, hi, LAB, R, B, G):
+    """Copy rows ``t0 .. t0 + T - 1`` (clipped to ``hi - 1``) into the tile: their labels,
+    observed flags and gathered beta values, and their gamma."""
+    M, K, T = B.shape
+    for j in range(M):
+        for u in range(T):
+            i = min(t0 + u, hi - 1)
+            lab = idx[i, j]
+            LAB[j, u] = lab
+            R[j, u] = mask[i, j] if has_mask else unit
+            for h in range(K):
+                B[j, h, u] = betaT[lab, h]
+    for h in range(K):
+        for u in range(T):
+            G[h, u] = gamma[h, min(t0 + u, hi - 1)]
+
+
+@njit(**_INLINE)
+def _assignment_weights(G, W, E, last):
+    """``W = exp(psi(gamma))`` of the tile (psi(sum gamma) cancels in phi's
+    normalisation); on the last pass also ``E = psi(gamma)``."""
+    K, T = W.shape
+    if last:
+        for h in range(K):
+            for u in range(T):
+                wv, c, xs = _exp_psi(G[h, u])
+                W[h, u] = wv
+                E[h, u] = c + log_positive(xs)
+    else:
+        for h in range(K):
+            for u in range(T):
+                W[h, u] = _exp_psi(G[h, u])[0]
+
+
+@njit(**_INLINE)
+def _column_sums(W, B, R, D, RR, S, PM, PE, last):
+    """Over the base clusterings: ``d_j = sum_h w_h beta_jh``, ``RR_j = 1 / d_j`` (0 if
+    missing) and ``S_h = sum_j w_h beta_jh / d_j``; on the last pass also the product of
+    the observed ``d_j``, renormalised to ``[1, 2)`` at each step (``PM``, ``PE``)."""
+    M, K, T = B.shape
+    for h in range(K):
+        for u in range(T):
+            S[h, u] = 0.0
+    for u in range(T):
+        PM[u] = 1.0
+        PE[u] = 0.0
+    for j in range(M):
+        for u in range(T):
+            D[u] = W[0, u] * B[j, 0, u]
+        for h in range(1, K):
+            for u in range(T):
+                D[u] += W[h, u] * B[j, h, u]
+        for u in range(T):
+            RR[j, u] = np.float64(R[j, u] / D[u])
+        for h in range(K):
+            for u in range(T):
+                S[h, u] += np.float64(W[h, u] * B[j, h, u]) * RR[j, u]
+        if last:
+            for u in range(T):
+                pm = PM[u] * (np.float64(D[u]) if R[j, u] > 0 else 1.0)
+                bits = np.float64(pm).view(np.int64)
+                PE[u] += np.float64((bits >> 52) - 1023)
+                PM[u] = np.int64((bits & 0xFFFFFFFFFFFFF)
+                                 | 0x3FF0000000000000).view(np.float64)
+
+
+@njit(**_INLINE)
+def _add_label_statistics(st, LAB, RR, W, B, nt):
+    """Add the tile's ``phi_ijh`` into the beta statistics ``st`` (L + 1, K); row by row,
+    so that consecutive updates hit different labels (no store-to-load chains)."""
+    M, K, _ = B.shape
+    for u in range(nt):
+        for j in range(M):
+            lab = LAB[j, u]
+            rr = RR[j, u]
+            for h in range(K):
+                st[lab, h] += np.float64(W[h, u] * B[j, h, u]) * rr
+
+
+@njit(**_INLINE)
+def _tile_entropy(A, E, PM, PE, nt):
+    """The tile's ``sum_h phisum_h psi(gamma_h) - sum_j ln d_j`` (w unshifted,
+    unnormalised); with ``stats . ln beta`` it is ``sum_jh phi ln phi``."""
+    K = A.shape[0]
+    ent = 0.0
+    for u in range(nt):
+        ent -= log_positive(PM[u]) + PE[u] * _LN2
+        for h in range(K):
+            ent += A[h, u] * E[h, u]
+    return ent
+
+
+@njit(**_INLINE)
+def _add_row_terms(G, A, P, LG, tm, nt):
+    """Add the tile's row terms of the bound and alpha's statistic at its final gamma
+    into ``tm``: ``tm[h] += sum_u E_uh``, ``tm[K + 1] += sum (A - G) E``, ``tm[K + 2] +=
+    sum lnG(gamma) - lnG(sum gamma)``; psi and lnGamma of gamma and of its row sums in
+    one loop."""
+    K = A.shape[0]
+    T = A.shape[1]
+    for u in range(T):
+        sg = 0.0
+        for h in range(K):
+            sg += G[h, u]
+        G[K, u] = sg
+    for h in range(K + 1):
+        for u in range(T):
+            P[h, u], LG[h, u] = _psi_lgamma(G[h, u])
+    q = 0.0
+    lgs = 0.0
+    for u in range(nt):
+        lgs -= LG[K, u]
+        for h in range(K):
+            ev = P[h, u] - P[K, u]
+            tm[h] += ev
+            q += (A[h, u] - G[h, u]) * ev
+            lgs += LG[h, u]
+    tm[K + 1] += q
+    tm[K + 2] += lgs
 
 
 @njit(nogil=True, **_OPTS)
@@ -184,18 +272,18 @@ def estep(alpha, betaT, idx, mask, has_mask, gamma, gamma_out, phisum, n_iter, c
     K, N = gamma.shape
     M = idx.shape[1]
     dt = betaT.dtype
-    B = np.empty((M, K, T), dt)  # beta_j(h, x_ij) of the tile's rows, gathered once
-    R = np.empty((M, T), dt)  # 1 observed / 0 missing
+    B = np.empty((M, K, T), dt)
+    R = np.empty((M, T), dt)
     LAB = np.empty((M, T), np.int64)
-    G = np.empty((K + 1, T))  # gamma of the tile (K, T), then the row sums
-    W = np.empty((K, T), dt)  # exp(psi(gamma))
-    S = np.empty((K, T))  # sum_j w_h beta_j(h, x_ij) / d_ij  (float64)
-    A = np.empty((K, T))  # phisum of the pass
-    E = np.empty((K, T))  # psi(gamma) (last pass)
+    G = np.empty((K + 1, T))
+    W = np.empty((K, T), dt)
+    S = np.empty((K, T))
+    A = np.empty((K, T))
+    E = np.empty((K, T))
     D = np.empty(T, dt)
-    RR = np.empty((M, T))  # 1 / d_ij (0 if missing)
-    PM = np.empty(T)  # running product of d_ij (mantissa) ...
-    PE = np.empty(T)  # ... and its binary exponent
+    RR = np.empty((M, T))
+    PM = np.empty(T)
+    PE = np.empty(T)
     P = np.empty((K + 1, T))
     LG = np.empty((K + 1, T))
     for b in range(b_lo, b_hi):
@@ -207,105 +295,25 @@ def estep(alpha, betaT, idx, mask, has_mask, gamma, gamma_out, phisum, n_iter, c
             tm[h] = 0.0
         for t0 in range(lo, hi, T):
             nt = min(T, hi - t0)
-            # the tile's rows (the last row repeated to fill a short tile)
-            for j in range(M):
-                for u in range(T):
-                    i = min(t0 + u, hi - 1)
-                    lab = idx[i, j]
-                    LAB[j, u] = lab
-                    R[j, u] = mask[i, j] if has_mask else unit
-                    for h in range(K):
-                        B[j, h, u] = betaT[lab, h]
-            for h in range(K):
-                for u in range(T):
-                    G[h, u] = gamma[h, min(t0 + u, hi - 1)]
+            _gather_tile(idx, mask, has_mask, unit, betaT, gamma, t0, hi, LAB, R, B, G)
             for t in range(n_iter):
                 last = collect and t == n_iter - 1
-                # w = exp(psi(gamma)); psi(sum gamma) cancels in phi's normalisation
+                _assignment_weights(G, W, E, last)
+                _column_sums(W, B, R, D, RR, S, PM, PE, last)
                 if last:
-                    for h in range(K):
-                        for u in range(T):
-                            wv, c, xs = _exp_psi(G[h, u])
-                            W[h, u] = wv
-                            E[h, u] = c + _log(xs)
-                else:
-                    for h in range(K):
-                        for u in range(T):
-                            W[h, u] = _exp_psi(G[h, u])[0]
-                for h in range(K):
-                    for u in range(T):
-                        S[h, u] = 0.0
-                for u in range(T):
-                    PM[u] = 1.0
-                    PE[u] = 0.0
-                for j in range(M):
-                    # d_j = sum_h w_h beta_jh;  S_h += beta_jh / d_j  (0 if missing)
-                    for u in range(T):
-                        D[u] = W[0, u] * B[j, 0, u]
-                    for h in range(1, K):
-                        for u in range(T):
-                            D[u] += W[h, u] * B[j, h, u]
-                    for u in range(T):
-                        RR[j, u] = np.float64(R[j, u] / D[u])
-                    for h in range(K):
-                        for u in range(T):
-                            S[h, u] += np.float64(W[h, u] * B[j, h, u]) * RR[j, u]
-                    if last:
-                        # prod_j d_j over observed j, renormalised to [1, 2) each step
-                        for u in range(T):
-                            pm = PM[u] * (np.float64(D[u]) if R[j, u] > 0 else 1.0)
-                            bits = np.float64(pm).view(np.int64)
-                            PE[u] += np.float64((bits >> 52) - 1023)
-                            PM[u] = np.int64((bits & 0xFFFFFFFFFFFFF)
-                                             | 0x3FF0000000000000).view(np.float64)
-                if last:
-                    # beta statistics; row by row, so that consecutive updates hit
-                    # different labels (no store-to-load chains)
-                    for u in range(nt):
-                        for j in range(M):
-                            lab = LAB[j, u]
-                            rr = RR[j, u]
-                            for h in range(K):
-                                st[lab, h] += np.float64(W[h, u] * B[j, h, u]) * rr
+                    _add_label_statistics(st, LAB, RR, W, B, nt)
                 for h in range(K):
                     for u in range(T):
                         A[h, u] = S[h, u]
                         G[h, u] = alpha[h] + S[h, u]
                 if last:
-                    # sum_jh phi ln phi = sum_h phisum_h psi(gamma_h) + stats . ln beta
-                    #                     - sum_j ln d_j   (w unshifted, unnormalised)
-                    ent = 0.0
-                    for u in range(nt):
-                        ent -= _log(PM[u]) + PE[u] * _LN2
-                        for h in range(K):
-                            ent += A[h, u] * E[h, u]
-                    tm[K] += ent
+                    tm[K] += _tile_entropy(A, E, PM, PE, nt)
             for h in range(K):
                 for u in range(nt):
                     gamma_out[h, t0 + u] = G[h, u]
                     phisum[h, t0 + u] = A[h, u]
             if collect:
-                # row terms of the bound and alpha's statistic at the final gamma: psi
-                # and lnGamma of the tile's gamma and of its row sums, in one loop
-                for u in range(T):
-                    sg = 0.0
-                    for h in range(K):
-                        sg += G[h, u]
-                    G[K, u] = sg
-                for h in range(K + 1):
-                    for u in range(T):
-                        P[h, u], LG[h, u] = _psi_lgamma(G[h, u])
-                q = 0.0
-                lgs = 0.0
-                for u in range(nt):
-                    lgs -= LG[K, u]
-                    for h in range(K):
-                        ev = P[h, u] - P[K, u]
-                        tm[h] += ev
-                        q += (A[h, u] - G[h, u]) * ev
-                        lgs += LG[h, u]
-                tm[K + 1] += q
-                tm[K + 2] += lgs
+                _add_row_terms(G, A, P, LG, tm, nt)
 
 
 _POOL: list = []

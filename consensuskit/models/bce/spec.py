@@ -119,7 +119,7 @@ def read_point_parameters(n_labels):
     return alpha, unpad_beta(torch.softmax(logits, -1), n_labels)
 
 
-def _as_padded(beta, n_labels, dtype, device):
+def as_padded(beta, n_labels, dtype, device):
     """Given ``beta`` (list of (K, k_j), packed (K, sum k_j) or padded) as padded (M, K, k_max)."""
     if isinstance(beta, (list, tuple)):
         return pad_beta(beta, dtype=dtype, device=device)
@@ -127,7 +127,7 @@ def _as_padded(beta, n_labels, dtype, device):
     return pad_beta(beta, n_labels=n_labels) if beta.dim() == 2 else beta
 
 
-def _global_sites(n_labels, n_clusters, alpha, beta, alpha_prior, label_prior, dev):
+def global_sites(n_labels, n_clusters, alpha, beta, alpha_prior, label_prior, dev):
     """``alpha`` (K,) and padded ``beta`` (M, K, k_max): given, or sampled from their priors."""
     K = int(n_clusters)
     if alpha is None:
@@ -146,7 +146,7 @@ def _global_sites(n_labels, n_clusters, alpha, beta, alpha_prior, label_prior, d
             for j, kj in enumerate(np.asarray(n_labels)):
                 blocks.append(pyro.sample(f"beta_{j}", dist.Dirichlet(conc.expand(int(kj)))))
         return alpha, pad_beta(blocks)
-    return alpha, _as_padded(beta, n_labels, dtype, dev)
+    return alpha, as_padded(beta, n_labels, dtype, dev)
 
 
 def model(labels=None, *, n_labels, n_clusters, n_rows=None, alpha=None, beta=None,
@@ -189,7 +189,7 @@ def model(labels=None, *, n_labels, n_clusters, n_rows=None, alpha=None, beta=No
     plate rows; ``z`` (M, n) enumerable; ``x`` (M, n), observed and masked where missing.
     """
     labels, N_data, M, dev = check_labels(labels, n_labels, n_rows)
-    alpha, beta = _global_sites(n_labels, n_clusters, alpha, beta, alpha_prior, label_prior,
+    alpha, beta = global_sites(n_labels, n_clusters, alpha, beta, alpha_prior, label_prior,
                                 dev)
     j_index = torch.arange(M, device=dev)[:, None]  # (M, 1)
     with rows_plate(labels, n_rows, subsample_size, subsample, dev) as (_, x):
@@ -220,7 +220,7 @@ def model_collapsed(labels=None, *, n_labels, n_clusters, n_rows=None, alpha=Non
     ``labels`` is None (complete rows).
     """
     labels, N_data, M, dev = check_labels(labels, n_labels, n_rows)
-    alpha, beta = _global_sites(n_labels, n_clusters, alpha, beta, alpha_prior, label_prior,
+    alpha, beta = global_sites(n_labels, n_clusters, alpha, beta, alpha_prior, label_prior,
                                 dev)
     row = BCERowMarginal(alpha, beta, max_states=max_states)
     with rows_plate(labels, n_rows, subsample_size, subsample, dev) as (_, x):

@@ -62,7 +62,7 @@ import math
 import numpy as np
 import torch
 
-from consensuskit.models.bce.cavi import _sum64
+from consensuskit.models.bce.cavi import sum64
 
 __all__ = [
     "FeatureTerm",
@@ -236,7 +236,7 @@ class _FeaturePass:
             d = feature_statistics(phi_f, yr, fm, t.feature_weight, t.center)
             self.stats = d if self.stats is None else tuple(a + b for a, b in zip(self.stats, d))
             # log_phi_f is finite everywhere; wphi is 0 where o_if is missing
-            self.phi_log_phi += _sum64(wphi * log_phi_f)
+            self.phi_log_phi += sum64(wphi * log_phi_f)
         return wphi.sum(0)
 
 

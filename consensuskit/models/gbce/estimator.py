@@ -287,7 +287,7 @@ class GBCE(BCE):
         data = ensemble.label_data(dev, dtype)
         fit = self._drive(self._engine(ensemble, data, K, features=term), ensemble, rs, resume,
                           digest)
-        state = self._set_fitted(ensemble, fit)
+        state = self.set_fitted_state(ensemble, fit)
         self.n_variance_floored_ = int(state.n_variance_floored)
         if self.n_variance_floored_:
             warnings.warn(

@@ -85,7 +85,7 @@ from consensuskit.models.bce.marginal import (
     collapsed_log_marginal,
     label_likelihoods,
 )
-from consensuskit.models.bce.spec import _as_padded, _global_sites, pad_beta
+from consensuskit.models.bce.spec import as_padded, global_sites, pad_beta
 from consensuskit.models.convention import check_labels, plate_rows, rows_plate
 
 __all__ = ["model", "model_collapsed", "guide", "simulate", "exact_log_marginal", "pad_beta",
@@ -215,7 +215,7 @@ def _globals(labels, n_labels, n_clusters, n_rows, features, n_features, alpha, 
     labels, N_data, M, dev = check_labels(labels, n_labels, n_rows)
     if (mu is not None or sigma2 is not None) and D is None:
         raise ValueError("mu / sigma2 given but no features: pass features or n_features")
-    alpha, beta = _global_sites(n_labels, n_clusters, alpha, beta, alpha_prior, label_prior,
+    alpha, beta = global_sites(n_labels, n_clusters, alpha, beta, alpha_prior, label_prior,
                                 dev)
     if D is not None:
         mu, sigma2 = _feature_sites(n_clusters, D, mu, sigma2, mu_prior, sigma2_prior,
@@ -432,7 +432,7 @@ def exact_log_marginal(labels, features=None, *, n_labels, alpha, beta, mu=None,
     dtype, dev = alpha.dtype, alpha.device
     x = torch.as_tensor(labels, device=dev).long()
     K = alpha.shape[0]
-    beta = _as_padded(beta, n_labels, dtype, dev)  # (M, K, k_max)
+    beta = as_padded(beta, n_labels, dtype, dev)  # (M, K, k_max)
     lik = label_likelihoods(beta, x)  # (n, M, K)
     observed = x >= 0
     shift = torch.zeros(x.shape[0], dtype=dtype, device=dev)

@@ -258,6 +258,26 @@ class MM(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         """Most probable consensus cluster of each (new) row, shape (n_rows,)."""
         return np.argmax(self.predict_proba(X, unknown=unknown), axis=1).astype(np.int64)
 
+    def to_spec(self):
+        """The fitted state as values of the spec's sites (:mod:`consensuskit.models.mm.spec`).
+
+        Returns
+        -------
+        model_kwargs : dict
+            ``n_labels``, ``n_clusters``, ``label_prior``, ``weight_prior``: the keyword
+            arguments of ``spec.model`` for this fit.
+        draws : dict
+            Global site -> tensor of shape (1, ...): ``pi`` (1, K) and ``theta_j`` (1, K,
+            k_j), the point estimate as one draw.
+        """
+        check_is_fitted(self, "weights_")
+        kw = dict(n_labels=[int(k) for k in self.ensemble_.n_labels],
+                  n_clusters=len(self.weights_), label_prior=float(self.label_prior),
+                  weight_prior=float(self.weight_prior))
+        draws = {"pi": _as_draw(self.weights_)}
+        draws.update({f"theta_{j}": _as_draw(t) for j, t in enumerate(self.theta_)})
+        return kw, draws
+
     def _pointwise_log_likelihood(self, ensemble: Ensemble):
         """Exact ``log sum_k pi_k prod_{j observed} theta_jk(x_ij)`` per row; variance 0."""
         check_is_fitted(self, "weights_")
@@ -269,3 +289,8 @@ class MM(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         L = mm_em.log_likelihood_matrix(layout, self._log_pi, self._log_theta)  # (K, n)
         ll = torch.logsumexp(L, dim=0).double().cpu().numpy()
         return ll, np.zeros_like(ll)
+
+
+def _as_draw(a):
+    """``a`` as a float64 tensor with a leading draw axis of size 1."""
+    return torch.as_tensor(np.asarray(a, dtype=np.float64))[None]

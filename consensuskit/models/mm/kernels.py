@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from consensuskit.models.bce.kernels import _exp, _log
+from consensuskit.models.vector_math import exp_nonpositive, log_positive
 
 _OPTS = {"cache": True, "error_model": "numpy", "boundscheck": False,
          "fastmath": {"contract", "arcp", "reassoc", "nsz"}, "no_cfunc_wrapper": True}
@@ -114,14 +114,14 @@ def _make_e_pass(n_clusters):
                 for k in range(K):
                     L[t * K + k] -= m
             for q in range(TK):
-                L[q] = _exp(L[q])
+                L[q] = exp_nonpositive(L[q])
             for t in range(TILE):
                 s = 0.0
                 for k in range(K):
                     s += L[t * K + k]
                 tot[t] = s
                 inv[t] = 1.0 / s
-                lt[t] = _log(s)
+                lt[t] = log_positive(s)
             for t in range(nt):
                 loglik += mx[t] + lt[t]
                 for k in range(K):
@@ -163,8 +163,8 @@ def e_pass(log_pi, log_theta, codes, offsets, slots, miss, gstart, toff, resp):
 
     One compiled kernel per K (compiled lazily, once per K and dtype).  Rows go in tiles
     of :data:`TILE`, so that the ``exp`` of a tile's ``TILE * K`` log-numerators is one
-    loop without branches (:func:`_bce_numba._exp`, which vectorises; numba's ``np.exp``
-    does not), and likewise their sums' logarithms.
+    loop without branches (:func:`~consensuskit.models.vector_math.exp_nonpositive`, which
+    vectorises; numba's ``np.exp`` does not), and likewise their sums' logarithms.
     """
     K = int(log_theta.shape[0])
     kern = _E_PASSES.get(K)

@@ -2,27 +2,29 @@
 
 One home for the family: ``spec`` (the Pyro model and its guides: the specification),
 ``priors`` (TSB, FSD), ``gibbs`` (collapsed Gibbs with split-merge), ``vb`` and ``cvb``
-(variational), and ``estimator`` (the scikit-learn estimator). The spec's public names
-are reachable here too, so ``from consensuskit.models import nbce; nbce.model`` keeps
-working; they are imported on first use, so importing the estimator does not import
-Pyro.
+(variational), and ``estimator`` (the scikit-learn estimator). Its spec's public names
+are reachable here too (``from consensuskit.models import nbce; nbce.model``), and the
+package declares the family's registration record ``FAMILY``
+(:mod:`consensuskit.models.family`).
 """
 
-from importlib import import_module as _import_module
+from consensuskit.models.family import Family, WarmUp, spec_reexport
 
-__all__ = ["spec", "estimator"]
+__all__ = ["FAMILY", "spec", "estimator"]
+
+#: The family's registration record (:mod:`consensuskit.models.family`).
+FAMILY = Family(
+    name="nbce", estimator="NBCE", module="consensuskit.models.nbce.estimator",
+    spec="consensuskit.models.nbce.spec", fast_paths="consensuskit.models.nbce.fast_paths",
+    # both priors, several chains on threads
+    warm_up=WarmUp("NBCE Gibbs sampler",
+                   tuple(dict(truncation=5, prior=prior, n_samples=2, burn_in=1, n_chains=2)
+                         for prior in ("tsb", "fsd")),
+                   ("consensuskit.models.nbce.gibbs.kernels",
+                    "consensuskit.models.nbce.gibbs.moves")),
+    demo=(("NBCE (Gibbs)", dict(truncation=10, n_samples=100, burn_in=100, n_chains=2)),),
+    tiny_fit={"truncation": 4, "n_samples": 5, "burn_in": 2, "n_chains": 1},
+    k_param="truncation", order=40)
 
 
-def __getattr__(name):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    spec = _import_module(f"{__name__}.spec")
-    try:
-        return getattr(spec, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-
-
-def __dir__():
-    spec = _import_module(f"{__name__}.spec")
-    return sorted(set(globals()) | set(getattr(spec, "__all__", ())))
+__getattr__, __dir__ = spec_reexport(__name__)

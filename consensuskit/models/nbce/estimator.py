@@ -13,14 +13,14 @@ from sklearn.utils.validation import check_is_fitted
 from consensuskit.base import (
     ConsensusEstimator,
     GenerativeMixin,
-    check_positive_float,
     check_positive_int,
     resolve_device,
     resolve_dtype,
     torch_generator,
 )
-from consensuskit.data.ensemble import Ensemble, as_ensemble
-from consensuskit.io.checkpoint import check_checkpoint_params, checkpoint_writer, read_checkpoint
+from consensuskit.data.ensemble import Ensemble
+from consensuskit.io.checkpoint import checkpoint_writer
+from consensuskit.models.base import DriverFitMixin, Integer, OneOf, Real
 from consensuskit.models.nbce.cvb import CVB
 from consensuskit.models.nbce.gibbs import (
     co_clustering,
@@ -78,7 +78,7 @@ def _component_loglik(idx, log_theta):
 MAX_TRUNCATION_BELOW_N = 100
 
 
-class NBCE(GenerativeMixin, ConsensusEstimator):
+class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     """Nonparametric Bayesian clustering ensemble: a truncated Dirichlet-process mixture
     of categorical distributions over the base labels of each point.
 
@@ -224,63 +224,44 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
         self.checkpoint_every = checkpoint_every
 
     # ------------------------------------------------------------------ fit
+    _driver_inference = "gibbs"
+    _parameter_checks = {
+        "truncation": Integer(2),
+        "prior": OneOf(*PRIORS),
+        "inference": OneOf("gibbs", "vb", "cvb"),
+        "n_samples": Integer(1),
+        "burn_in": Integer(0),
+        "thin": Integer(1),
+        "n_chains": Integer(1),
+        "n_split_merge": Integer(0, optional=True),
+        "max_iter": Integer(1),
+        "alpha0": Real(),
+        "beta": Real(),
+        "tol": Real(),
+    }
+
     def _validate(self, ens):
-        T = check_positive_int(self.truncation, "truncation", minimum=2)
+        self._validate_parameters()
+        T = int(self.truncation)
         if T > max(ens.n_samples, MAX_TRUNCATION_BELOW_N):
             raise ValueError(
                 f"truncation={T} exceeds the {ens.n_samples} rows (and "
                 f"{MAX_TRUNCATION_BELOW_N}): at most one cluster per row can be occupied, and "
                 f"every sweep and table grows with truncation (T x (N + sum k_j) values); use "
                 f"truncation <= {max(ens.n_samples, MAX_TRUNCATION_BELOW_N)}")
-        if self.prior not in PRIORS:
-            raise ValueError(f"prior must be 'tsb' or 'fsd'; got {self.prior!r}")
-        if self.inference not in ("gibbs", "vb", "cvb"):
-            raise ValueError(f"inference must be 'gibbs', 'vb' or 'cvb'; got {self.inference!r}")
         if self.inference == "vb" and self.prior != "fsd":
             raise ValueError(
                 "inference='vb' is defined for prior='fsd' only (paper section 5.2); "
                 "use inference='cvb' or 'gibbs' with prior='tsb'"
             )
-        check_positive_int(self.n_samples, "n_samples")
-        check_positive_int(self.burn_in, "burn_in", minimum=0)
-        check_positive_int(self.thin, "thin")
-        check_positive_int(self.n_chains, "n_chains")
-        if self.n_split_merge is not None:
-            check_positive_int(self.n_split_merge, "n_split_merge", minimum=0)
         if self.n_jobs is not None and self.n_jobs != -1:
             check_positive_int(self.n_jobs, "n_jobs")
-        check_positive_int(self.max_iter, "max_iter")
-        check_positive_float(self.alpha0, "alpha0")
-        check_positive_float(self.beta, "beta")
-        check_positive_float(self.tol, "tol")
         if not isinstance(self.update_hyper, (bool, np.bool_)):
             raise TypeError(f"update_hyper must be a bool; got {self.update_hyper!r}")
         resolve_dtype(self.dtype)  # checked for every engine, used by VB / CVB
         resolve_device(self.device)
-        check_checkpoint_params(self)
-        if self.inference != "gibbs" and (
-            self.callback is not None or self.checkpoint_path is not None
-        ):
-            raise ValueError("callback and checkpoint_path need inference='gibbs'")
-        return T
-
-    def fit(self, X, y=None, resume_from=None):
-        """Fit on base clusterings ``X`` (N, M); ``resume_from``: a Gibbs checkpoint file.
-
-        ``resume_from`` continues the sampler saved there by ``checkpoint_path``
-        (same data and hyper-parameters, else ValueError); the draws and results
-        are then identical to those of the uninterrupted run.
-        """
-        ens = as_ensemble(X)
-        self.ensemble_ = ens
-        self.n_features_in_ = ens.n_partitions
-        resume = None
-        if resume_from is not None:
-            if self.inference != "gibbs":
-                raise ValueError("resume_from needs inference='gibbs'")
-            resume = read_checkpoint(resume_from, self, ens)
-        self._fit(ens, resume=resume)
-        return self
+        self._check_driver_options()
+        return int(self.truncation)
 
     def _fit(self, ens: Ensemble, resume=None):
         T = self._validate(ens)
@@ -589,3 +570,48 @@ class NBCE(GenerativeMixin, ConsensusEstimator):
     def predict(self, X, unknown="error"):
         """Hard consensus cluster of new rows (argmax of :meth:`predict_proba`)."""
         return self.predict_proba(X, unknown=unknown).argmax(1).astype(np.int64)
+
+    # ------------------------------------------------------------- the spec
+    def to_spec(self):
+        """The fitted state as values of the spec's sites (:mod:`consensuskit.models.nbce.spec`).
+
+        Gibbs: every retained draw's posterior-mean parameters (chains stacked, D draws),
+        as ``pi`` (D, T) and ``theta_j`` (D, T, k_j) with ``prior="fsd"`` (pi given
+        directly).  VB / CVB: the variational posterior means as one draw, ``theta_j``
+        with ``pi`` (FSD) or the sticks ``v`` (1, T-1) whose stick-breaking is pi (TSB).
+
+        Returns
+        -------
+        model_kwargs : dict
+            ``n_labels``, ``n_clusters`` (the truncation T) and the prior's settings.
+        draws : dict
+            Global site -> float64 tensor with a leading draw axis.
+        """
+        check_is_fitted(self, "labels_")
+        n_labels = [int(k) for k in self.ensemble_.n_labels]
+        off = self.ensemble_.offsets
+        if self.inference == "gibbs":
+            lp, lt = self._draw_parameters(slice(None))  # (D, T), (D, T, L): every draw
+            draws = {"pi": _as_tensor(np.exp(lp))}
+            draws.update({f"theta_{j}": _as_tensor(np.exp(lt[:, :, off[j]:off[j + 1]]))
+                          for j in range(len(off) - 1)})
+            return dict(n_labels=n_labels, n_clusters=lp.shape[1], prior="fsd"), draws
+        T = self._log_theta.shape[0]
+        kw = dict(n_labels=n_labels, n_clusters=T, alpha0=float(self.alpha0),
+                  beta=float(self.beta), prior=self.prior)
+        pi = np.exp(self._log_pi)
+        theta = np.exp(self._log_theta)
+        draws = {f"theta_{j}": _as_tensor(theta[:, off[j]:off[j + 1]])[None]
+                 for j in range(len(off) - 1)}
+        if self.prior == "fsd":
+            draws["pi"] = _as_tensor(pi)[None]
+        else:  # sticks with stick_breaking(v) = pi
+            rest = 1.0 - np.concatenate([[0.0], np.cumsum(pi)[:-1]])
+            draws["v"] = _as_tensor(np.clip(pi[:-1] / rest[:-1], 1e-300, 1.0))[None]
+        return kw, draws
+
+
+def _as_tensor(a):
+    import torch
+
+    return torch.as_tensor(np.asarray(a, dtype=np.float64))
