@@ -55,7 +55,8 @@ import types
 import numpy as np
 
 __all__ = ["save", "load", "save_checkpoint", "load_checkpoint", "resolve", "encode",
-           "decode", "UnsafeFileError", "FORMAT_VERSION", "MAGIC"]
+           "decode", "UnsafeFileError", "DefaultGuide", "remove_stale_temporaries",
+           "FORMAT_VERSION", "MAGIC"]
 
 MAGIC = b"CONSENSUSKIT\n"
 FORMAT_VERSION = 2
@@ -287,7 +288,7 @@ class _Decoder:
         if tag == "fn":
             return resolve(t["name"], self.allowed, functions=True)
         if tag == "guide":
-            return _GuidePlaceholder()
+            return DefaultGuide()
         if tag == "obj":
             cls = resolve(t["class"], self.allowed)
             if not isinstance(cls, type):
@@ -295,9 +296,7 @@ class _Decoder:
             obj = cls.__new__(cls)
             state = {k: self(v) for k, v in t["state"].items()}
             obj.__dict__.update(state)
-            for k, v in state.items():
-                if isinstance(v, _GuidePlaceholder):
-                    obj.__dict__[k] = _rebuild_default_guide(obj)
+            _restore(obj)
             return obj
         raise ValueError(f"unknown node {tag!r} in the file's tree")
 
@@ -339,14 +338,17 @@ class _Decoder:
         return c
 
 
-class _GuidePlaceholder:
-    pass
+class DefaultGuide:
+    """Stands for a PyroConsensus default guide in a loaded state; the estimator's
+    ``__persistence_restore__`` rebuilds the guide from its model (its parameters are
+    in the saved param store state)."""
 
 
-def _rebuild_default_guide(owner):
-    from consensuskit.inference.pyro_consensus import default_guide
-
-    return default_guide(owner.model)
+def _restore(obj) -> None:
+    """Let an allow-listed object rebuild what the file stores by description only."""
+    hook = getattr(type(obj), "__persistence_restore__", None)
+    if hook is not None:
+        hook(obj)
 
 
 def _torch_dtype(torch, name):
@@ -561,9 +563,7 @@ def load(path, expected_class=None, *, trust=False, allowed=()):
     cls, obj = _read(path, expected_class, "estimator", trust=trust, allowed=allowed)
     est = cls.__new__(cls)
     est.__dict__.update(obj["state"])
-    for k, v in obj["state"].items():
-        if isinstance(v, _GuidePlaceholder):
-            est.__dict__[k] = _rebuild_default_guide(est)
+    _restore(est)
     return est
 
 
