@@ -23,6 +23,7 @@ import time
 CHILD = r"""
 import sys, numpy as np
 import consensuskit as ck
+print(ck.__file__, file=sys.stderr)
 from consensuskit.data.generate import noisy_copies
 K = int(sys.argv[1])
 X = noisy_copies(np.repeat(np.arange(K), 15), 6, noise=0.2, random_state=K)
@@ -37,8 +38,10 @@ def run_round(cache, procs, env, serial=False):
     os.makedirs(cache)
     out, ps = [], []
     for k in range(2, 2 + procs):
+        # run from the cache folder's parent: the package comes from PYTHONPATH, not cwd
         ps.append(subprocess.Popen([sys.executable, "-c", CHILD, str(k)], env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                                   cwd=os.path.dirname(cache), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True))
         if serial:
             out.append((ps[-1].wait(), *ps[-1].communicate()))
     return out if serial else [(p.wait(), *p.communicate()) for p in ps]

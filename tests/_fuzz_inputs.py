@@ -150,15 +150,18 @@ def _oracle(container, cells, n, m):
     L = np.full((n, m), -1, dtype=np.int64)
     for j in range(m):
         col = [cells[i][j] for i in range(n)]
+        kinds = {c[0] for c in col if c[0] != "missing"}
+        if container == "ndarray-str":
+            # text, the CLI's rule: a column where some value is not a number is a column
+            # of names (all its values, "-3" and "1.5" included); else numbers
+            if "name" in kinds:
+                col = [c if c[0] == "bad" and c[2] in ("nul", "newline", "empty")
+                       else ("name", str(c[1])) for c in col]
+        kinds = {c[0] for c in col if c[0] != "missing"}
         bad = [c for c in col if c[0] == "bad"]
         if bad:
             return f"bad label ({bad[0][2]})"
-        kinds = {c[0] for c in col if c[0] != "missing"}
-        if container == "ndarray-str":
-            # text: a column of integers written as text is integers, else all are names
-            if "name" in kinds:
-                col = [("name", str(c[1])) for c in col]
-        elif kinds == {"int", "name"}:
+        if kinds >= {"int", "name"}:
             return "names and numbers mixed in a column"
         if container == "ndarray-uint64-big":
             col = [("int", c[1] + 2**63 + 5) for c in col]
@@ -177,9 +180,14 @@ def _oracle(container, cells, n, m):
 def judge(make, X, expected, limit=20.0):
     """``(outcome, detail)`` of ``make().fit(X)`` against ``expected``."""
     est = make()
-    k = est.get_params().get("n_clusters")
+    params = est.get_params()
+    k = params.get("n_clusters")
     if not isinstance(expected, str) and isinstance(k, int) and expected.shape[0] < k:
         expected = f"fewer rows than n_clusters={k}"
+    if not isinstance(expected, str) and "k_range" in params:  # resampling: subsamples
+        n, ks = expected.shape[0], list(params["k_range"]) + ([k] if k else [])
+        if n < 3 or int(round(params["item_fraction"] * n)) <= max(ks):
+            expected = "too few rows for the subsamples"
     t0 = time.perf_counter()
     try:
         est.fit(X)

@@ -197,17 +197,20 @@ def _labels_and_names(A: np.ndarray):
         return _recode_columns(A.astype(object), [
             bool((A[:, j] > np.iinfo(np.int64).max).any()) for j in range(A.shape[1])])
     if A.dtype.kind in "US":
-        # text, as in a file: a column of integers written as text is integer labels,
-        # a column with any other text is names (the command line's rule)
+        # text, as in a file (the command line's rule): a column whose every value is a
+        # number written as text holds numbers (so "1.5", "inf" and "-3" are refused as
+        # labels there), a column with any other text holds names, all of its values
         A = A.astype(object)
         named = []
         for j in range(A.shape[1]):
-            ints = [_int_text(v) for v in A[:, j]]
-            if all(v is not None for v in ints):
-                A[:, j] = ints
+            parsed = [_number_text(v) for v in A[:, j]]
+            if all(v is not None for v in parsed):
+                A[:, j] = parsed
                 named.append(False)
             else:
                 named.append(True)
+        if not any(named):
+            return labels_to_int(A.astype(np.float64)), None
         return _recode_columns(A, named)
     if A.dtype == object:
         named = []
@@ -235,13 +238,14 @@ def _labels_and_names(A: np.ndarray):
     return labels_to_int(A), None
 
 
-def _int_text(v):
-    """The integer written as text ``v`` ("3", "-1", b"7"), or None."""
+def _number_text(v):
+    """The number written as text ``v`` ("3", "-1", "1.5", b"7"; "nan" is missing), or
+    None for other text."""
     try:
         text = v.decode() if isinstance(v, (bytes, np.bytes_)) else str(v)
         if text.strip() != text or text == "":
             return None
-        return int(text)
+        return float(text)
     except (ValueError, UnicodeDecodeError):
         return None
 
@@ -249,12 +253,13 @@ def _int_text(v):
 def _recode_columns(A: np.ndarray, named):
     """Recode the ``named`` columns of object array ``A`` to ``0..k-1`` (sorted values)."""
     N, M = A.shape
-    L = np.empty((N, M), dtype=np.int64)
+    numeric = A.copy()
+    numeric[:, np.asarray(named, dtype=bool)] = 0  # placeholders: errors name true positions
+    L = labels_to_int(numeric)
     names = []
     for j in range(M):
         col = A[:, j]
         if not named[j]:
-            L[:, j] = labels_to_int(col.reshape(-1, 1))[:, 0]
             names.append(None)
             continue
         missing = np.fromiter((_is_missing_scalar(v) for v in col), bool, N)
