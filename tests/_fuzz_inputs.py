@@ -184,6 +184,9 @@ def judge(make, X, expected, limit=20.0):
     k = params.get("n_clusters")
     if not isinstance(expected, str) and isinstance(k, int) and expected.shape[0] < k:
         expected = f"fewer rows than n_clusters={k}"
+    if (not isinstance(expected, str) and type(est).__name__ == "MCLA" and isinstance(k, int)
+            and sum(len(np.unique(c[c >= 0])) for c in expected.T) < k):
+        expected = "fewer labels (hyperedges) than n_clusters"  # MCLA clusters hyperedges
     if not isinstance(expected, str) and "k_range" in params:  # resampling: subsamples
         n, ks = expected.shape[0], list(params["k_range"]) + ([k] if k else [])
         if n < 3 or int(round(params["item_fraction"] * n)) <= max(ks):
