@@ -202,6 +202,7 @@ WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_killed_writer_leaves_nothing_after_the_next_write(tmp_path):
     path = tmp_path / "m.ck"
     left = []
