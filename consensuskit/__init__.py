@@ -35,6 +35,8 @@ _LAZY = {f.estimator: f.module for f in _family.families()} | {
     "IPVC": "consensuskit.consensus.voting",
     "MedoidConsensus": "consensuskit.consensus.partition",
     "LeastSquaresConsensus": "consensuskit.consensus.partition",
+    "PartitionPosterior": "consensuskit.posterior",
+    "PartitionConsensus": "consensuskit.posterior",
 }
 
 #: Subpackages and modules reachable as attributes (imported on first use).
@@ -45,6 +47,7 @@ _SUBMODULES = {
     "metrics": "consensuskit.evaluation.metrics",
     "models": "consensuskit.models",
     "inference": "consensuskit.inference",
+    "posterior": "consensuskit.posterior",
 }
 
 _moved.install()

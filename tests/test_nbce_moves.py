@@ -84,6 +84,28 @@ def test_split_merge_keeps_the_posterior(prior):
 
 
 @pytest.mark.parametrize("prior", PRIORS)
+def test_split_merge_with_near_pairs_keeps_the_posterior(prior):
+    """Pairs drawn near each other (a function of the data only) keep it too."""
+    def near(st):
+        st.split_merge_local_share = 1.0
+        st.split_merge(20)
+
+    draws, p, _ = _after_move(prior, near)
+    assert _chi2_pvalue(draws, p) > 1e-4
+
+
+@pytest.mark.parametrize("prior", PRIORS)
+def test_split_merge_with_a_wrong_acceptance_ratio_fails(prior):
+    """Control: the split-merge kernel with its log acceptance ratios off by 1."""
+    def wrong(st):
+        st.split_merge_log_ratio_error = 1.0
+        st.split_merge(20)
+
+    draws, p, _ = _after_move(prior, wrong)
+    assert _chi2_pvalue(draws, p) < 1e-6
+
+
+@pytest.mark.parametrize("prior", PRIORS)
 def test_split_merge_moves_are_accepted(prior):
     """The moves do something: over many proposals both splits and merges are accepted."""
     ens = Ensemble.from_labels(X_SMALL)
@@ -232,7 +254,7 @@ def test_estimator_reports_moves_and_honours_n_jobs(rng):
     np.testing.assert_array_equal(a.samples_["z"], b.samples_["z"])
     st = a.split_merge_stats_
     assert st["splits_proposed"] + st["merges_proposed"] + \
-        st["splits_without_empty_component"] == 2 * 20 * 20
+        st["splits_without_empty_component"] == 2 * 20 * 100  # chains x sweeps x default
     assert st["group_moves_changed"] > 0
     assert a.n_slice_kept_ == 0
     off = ck.NBCE(n_split_merge=0, **kw).fit(X)
@@ -276,7 +298,7 @@ def test_default_schedule_does_not_depend_on_n():
     (``experiments/bench_bce.py --only scaling`` measures it)."""
     from consensuskit.models.nbce.gibbs.chains import _default_split_merge
 
-    assert {_default_split_merge(n) for n in (10, 150, 10**4, 10**5, 10**7)} == {20}
+    assert {_default_split_merge(n) for n in (10, 150, 10**4, 10**5, 10**7)} == {100}
     assert _default_split_merge(1) == 0
 
 

@@ -28,7 +28,7 @@ from scipy import stats
 
 from consensuskit.models import simulate as simulate_spec
 from consensuskit.models.nbce import spec as nbce
-from consensuskit.models.nbce.gibbs import gibbs_nbce
+from consensuskit.models.nbce.gibbs import GibbsState, gibbs_nbce, gibbs_step
 from consensuskit.models.nbce.priors import get_prior
 from consensuskit.models.nbce.spec import log_likelihood_collapsed
 
@@ -47,7 +47,42 @@ CASES = {
     # many occupied components (the truth has >= 8 on average)
     "tsb_many": dict(prior="tsb", N=60, n_labels=(4, 4, 5, 4), T=24, a0=4.0, b=0.5),
     "fsd_many": dict(prior="fsd", N=60, n_labels=(4, 4, 5, 4), T=24, a0=6.0, b=0.5),
+    # no truncation (T=None: the untruncated stick-breaking prior), >= 20 occupied
+    "dp_many": dict(prior="tsb", N=150, n_labels=(4, 4, 5, 4, 3), T=None, a0=8.0, b=0.5),
+    "dp_hyper": dict(prior="tsb", N=40, n_labels=(3, 3, 4, 3, 2), T=None, hyper=True),
 }
+
+
+def simulate_untruncated(rng, N, n_labels, a0, b, missing=0.0):
+    """One draw (z (N,), global label index (N, M)) from the untruncated model: sticks
+    ``Beta(1, a0)`` drawn as far as the points need, ``theta_kj ~ Dir(b)`` per occupied
+    component, labels ``x_ij ~ Cat(theta_{z_i j})``."""
+    weights, rest = [], 1.0
+    z = np.empty(N, dtype=np.int64)
+    for n in range(N):
+        u, acc, k = rng.random(), 0.0, 0
+        while True:
+            if k == len(weights):
+                v = rng.beta(1.0, a0)
+                weights.append(rest * v)
+                rest *= 1.0 - v
+            acc += weights[k]
+            if u < acc:
+                break
+            k += 1
+        z[n] = k
+    offsets = np.concatenate([[0], np.cumsum(n_labels)[:-1]])
+    idx = np.empty((N, len(n_labels)), dtype=np.int64)
+    for k in np.unique(z):
+        rows = np.flatnonzero(z == k)
+        for j, kj in enumerate(n_labels):
+            theta = rng.dirichlet(np.full(kj, b))
+            idx[rows, j] = offsets[j] + rng.choice(kj, size=rows.size, p=theta)
+    if missing:
+        drop = rng.random(idx.shape) < missing
+        drop[np.arange(N), rng.integers(0, len(n_labels), size=N)] = False
+        idx[drop] = -1
+    return z, idx
 
 
 def simulate(rng, prior, N, n_labels, T, a0, b, missing=0.0):
@@ -93,8 +128,36 @@ def _statistics(counts, label_counts, a0, b, a0_draw, b_draw, prior, n_labels, h
     return out
 
 
+def _run_sampler(idx, n_labels, T, prior, a0, b, hyper, n_post, burn_in, thin, seed,
+                 log_ratio_error):
+    """The sampler's retained counts, label counts, alpha0 and beta (one chain).
+
+    ``log_ratio_error`` != 0 is the negative control: the same iteration with the
+    split-merge log acceptance ratios off by that much (splits +, merges -)."""
+    if not log_ratio_error:
+        out = gibbs_nbce(idx, n_labels, T, prior=prior, alpha0=a0, beta=b,
+                         update_hyperparameters=hyper, n_samples=n_post, burn_in=burn_in,
+                         thin=thin, n_chains=1, n_jobs=1, random_state=seed,
+                         store_counts=True, store_z=False)
+        return (out["counts"][0], out["label_counts"][0], out["alpha0"][0], out["beta"][0])
+    rs = np.random.RandomState(seed)
+    size = 20 if T is None else T
+    st = GibbsState(idx, n_labels, rs.randint(0, size - 1, size=idx.shape[0]), size, a0, b,
+                    prior, unbounded=T is None)
+    st.split_merge_log_ratio_error = log_ratio_error
+    keep = []
+    for it in range(burn_in + n_post * thin):
+        gibbs_step(st, rs, 20, hyper)
+        if it >= burn_in and (it - burn_in + 1) % thin == 0:
+            keep.append((st.cnt.copy(), st.nlk.T.copy(), st.alpha0, st.beta))
+    width = max(c.size for c, _, _, _ in keep)
+    counts = np.array([np.pad(c, (0, width - c.size)) for c, _, _, _ in keep])
+    lcs = np.array([np.pad(lc, ((0, width - lc.shape[0]), (0, 0))) for _, lc, _, _ in keep])
+    return counts, lcs, np.array([k[2] for k in keep]), np.array([k[3] for k in keep])
+
+
 def sbc_ranks(case, reps, seed, n_post=9, thin=5, burn_in=50, sampler_a0=None,
-              sampler_b=None):
+              sampler_b=None, log_ratio_error=0.0):
     """Ranks (reps, n_stats) of the truth's statistics among ``n_post`` draws."""
     c = dict(CASES[case])
     prior, N, n_labels, T = c["prior"], c["N"], np.asarray(c["n_labels"]), c["T"]
@@ -108,23 +171,26 @@ def sbc_ranks(case, reps, seed, n_post=9, thin=5, burn_in=50, sampler_a0=None,
             a0, b = rng.gamma(1.0, 1.0), rng.gamma(1.0, 1.0)
         else:
             a0, b = c["a0"], c["b"]
-        z, idx = simulate(rng, prior, N, n_labels, T, a0, b, c.get("missing", 0.0))
-        out = gibbs_nbce(
-            idx, n_labels, T, prior=prior,
-            alpha0=a0 if sampler_a0 is None else sampler_a0 * a0,
-            beta=b if sampler_b is None else sampler_b * b,
-            update_hyperparameters=hyper, n_samples=n_post, burn_in=burn_in, thin=thin,
-            n_chains=1, n_jobs=1, random_state=int(rng.integers(2**31 - 1)),
-            store_counts=True, store_z=False,
-        )
-        true_counts = np.bincount(z, minlength=T)[None, :]
+        if T is None:
+            z, idx = simulate_untruncated(rng, N, n_labels, a0, b, c.get("missing", 0.0))
+        else:
+            z, idx = simulate(rng, prior, N, n_labels, T, a0, b, c.get("missing", 0.0))
+        counts, lcs, a0_draws, b_draws = _run_sampler(
+            idx, n_labels, T, prior, a0 if sampler_a0 is None else sampler_a0 * a0,
+            b if sampler_b is None else sampler_b * b, hyper, n_post, burn_in, thin,
+            int(rng.integers(2**31 - 1)), log_ratio_error)
+        # untruncated: both padded to a common size whose last component is empty, where
+        # the truncated TSB log prior is the untruncated one
+        width = counts.shape[1] if T is not None else max(counts.shape[1], z.max() + 2)
+        counts = np.pad(counts, ((0, 0), (0, width - counts.shape[1])))
+        lcs = np.pad(lcs, ((0, 0), (0, width - lcs.shape[1]), (0, 0)))
+        true_counts = np.bincount(z, minlength=width)[None, :]
         L = int(n_labels.sum())
-        true_lc = np.zeros((1, T, L))
+        true_lc = np.zeros((1, width, L))
         rows, cols = np.nonzero(idx >= 0)
         np.add.at(true_lc[0], (z[rows], idx[rows, cols]), 1)
         truth = _statistics(true_counts, true_lc, a0, b, [a0], [b], prior, n_labels, hyper)
-        draws = _statistics(out["counts"][0], out["label_counts"][0], a0, b, out["alpha0"][0],
-                            out["beta"][0], prior, n_labels, hyper)
+        draws = _statistics(counts, lcs, a0, b, a0_draws, b_draws, prior, n_labels, hyper)
         for s, name in enumerate(names):
             t, d = truth[name][0], draws[name]
             less = np.sum(d < t - 1e-9 * max(1.0, abs(t)))
@@ -144,7 +210,7 @@ def uniformity_pvalue(ranks, n_post):
 # ---------------------------------------------------------------------------
 # fast (default suite)
 # ---------------------------------------------------------------------------
-@pytest.mark.parametrize("case", ["tsb_fixed", "fsd_hyper"])
+@pytest.mark.parametrize("case", ["tsb_fixed", "fsd_hyper", "dp_hyper"])
 def test_sbc_fast(case):
     """The correct sampler: uniform ranks at a small size (seconds)."""
     ranks, _, _ = sbc_ranks(case, reps=120, seed=1, n_post=9)
@@ -164,6 +230,10 @@ def test_simulated_cases_have_what_they_promise():
     c = CASES["tsb_missing"]
     _, idx = simulate(rng, c["prior"], c["N"], c["n_labels"], c["T"], 1.0, 0.5, 0.25)
     assert 0.15 < np.mean(idx < 0) < 0.3 and np.all((idx >= 0).any(1))
+    c, rng = CASES["dp_many"], np.random.default_rng(1)  # no truncation: >= 20 occupied
+    occ = [np.unique(simulate_untruncated(rng, c["N"], c["n_labels"], c["a0"], c["b"])[0]).size
+           for _ in range(300)]
+    assert np.mean(occ) >= 20, np.mean(occ)
 
 
 # ---------------------------------------------------------------------------
@@ -184,9 +254,13 @@ def test_sbc_full(case):
 @pytest.mark.parametrize("case,control", [
     ("tsb_fixed", dict(sampler_b=1.4)), ("fsd_fixed", dict(sampler_b=1.4)),
     ("tsb_fixed", dict(sampler_a0=1.5)), ("fsd_fixed", dict(sampler_a0=1.5)),
+    ("dp_many", dict(sampler_b=1.4)), ("dp_many", dict(sampler_a0=1.5)),
+    ("dp_many", dict(log_ratio_error=2.0)), ("tsb_many", dict(log_ratio_error=2.0)),
 ])
 def test_sbc_rejects_a_wrong_sampler(case, control):
-    """beta 40% off or alpha0 50% off: the same statistics at the true values flag it."""
+    """beta 40% off, alpha0 50% off, or split-merge moves whose log acceptance ratio is
+    off by 2 (splits e^2 times too likely to be accepted, merges e^2 times too unlikely):
+    the same statistics at the true values flag it."""
     ranks, names, _ = sbc_ranks(case, seed=7, **SLOW, **control)
     p, ps = uniformity_pvalue(ranks, SLOW["n_post"])
     assert p < 1e-3, dict(zip(names, ps))

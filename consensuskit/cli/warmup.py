@@ -49,14 +49,27 @@ def _family_step(family):
     return step
 
 
+def _posterior_step():
+    """Compile the partition-posterior kernels (SALSO search and losses)."""
+    from consensuskit.posterior.warmup import warm_up as posterior_warm_up
+
+    posterior_warm_up()
+
+
+#: Steps of the numba modules that belong to no model family.
+OTHER_STEPS = [
+    ("Partition posterior search", _posterior_step, ("consensuskit.posterior._kernels",)),
+]
+
+
 def steps() -> list:
     """``(name, callable, modules whose numba kernels it compiles)`` of each step, in
     order: every model family's (its record's ``warm_up``,
-    :func:`consensuskit.models.family.families`)."""
+    :func:`consensuskit.models.family.families`), then :data:`OTHER_STEPS`."""
     from consensuskit.models.family import families
 
     return [(f.warm_up.title, _family_step(f), tuple(f.warm_up.modules))
-            for f in families() if f.warm_up is not None]
+            for f in families() if f.warm_up is not None] + list(OTHER_STEPS)
 
 
 #: :func:`steps` when this module was imported.

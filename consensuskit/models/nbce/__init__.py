@@ -16,12 +16,14 @@ __all__ = ["FAMILY", "spec", "estimator"]
 FAMILY = Family(
     name="nbce", estimator="NBCE", module="consensuskit.models.nbce.estimator",
     spec="consensuskit.models.nbce.spec", fast_paths="consensuskit.models.nbce.fast_paths",
-    # both priors, several chains on threads
+    # both priors, several chains on threads, and the untruncated default
     warm_up=WarmUp("NBCE Gibbs sampler",
                    tuple(dict(truncation=5, prior=prior, n_samples=2, burn_in=1, n_chains=2)
-                         for prior in ("tsb", "fsd")),
+                         for prior in ("tsb", "fsd"))
+                   + (dict(n_samples=2, burn_in=1, n_chains=2),),
                    ("consensuskit.models.nbce.gibbs.kernels",
-                    "consensuskit.models.nbce.gibbs.moves")),
+                    "consensuskit.models.nbce.gibbs.moves",
+                    "consensuskit.models.nbce.gibbs.split_merge")),
     demo=(("NBCE (Gibbs)", dict(truncation=10, n_samples=100, burn_in=100, n_chains=2)),),
     tiny_fit={"truncation": 4, "n_samples": 5, "burn_in": 2, "n_chains": 1},
     k_param="truncation", order=40)

@@ -32,7 +32,10 @@ from consensuskit.models.nbce.gibbs import (
 from consensuskit.models.nbce.priors import PRIORS, get_prior
 from consensuskit.models.nbce.vb import VB
 
-__all__ = ["NBCE", "predictive_parameters"]
+__all__ = ["NBCE", "predictive_parameters", "DEFAULT_TRUNCATION"]
+
+#: components of FSD, and of the variational engines, when ``truncation=None``
+DEFAULT_TRUNCATION = 20
 
 
 def predictive_parameters(Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
@@ -91,19 +94,26 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
 
     Parameters
     ----------
-    truncation : int, default 20
-        T, the number of mixture components (the paper's K).
+    truncation : int or None, default None
+        T, the number of mixture components (the paper's K).  None: TSB with Gibbs is
+        the untruncated stick-breaking (Dirichlet-process) mixture -- the sampler's
+        tables grow whenever a move reaches their last component, which is always
+        empty, so no component count binds (see
+        :class:`~consensuskit.models.nbce.gibbs.GibbsState`); FSD and the variational
+        engines use ``DEFAULT_TRUNCATION`` (20).  With a fixed T, Gibbs warns when
+        retained draws occupy all T components (``truncation_filled_``).
     prior : {"tsb", "fsd"}, default "tsb"
     inference : {"gibbs", "vb", "cvb"}, default "gibbs"
         Collapsed Gibbs sampling (numba), mean-field VB (FSD only, torch) or
         first-order collapsed VB (torch).
-    n_samples, burn_in, thin, n_chains : int
-        Gibbs: retained draws per chain, discarded sweeps, thinning, chains.
+    n_samples, burn_in, thin, n_chains : int, default 500, 200, 1, 4
+        Gibbs: retained draws per chain, discarded sweeps, thinning, chains (four
+        chains: what split R-hat needs to mean something).
     n_split_merge : int or None, default None
-        Gibbs: split-merge Metropolis-Hastings proposals, and moves of groups of
-        identical rows, per sweep (None: 20 at every N, so a sweep's cost stays
-        linear in N -- a split allocates the points of one cluster, a merge is mostly
-        decided from the cluster counts; 0 turns the group moves off and leaves
+        Gibbs: split-merge Metropolis-Hastings proposals per sweep, then (if positive) one
+        Gibbs move of every group of identical rows (None: 100 at every N, so a sweep's cost
+        stays linear in N -- a split allocates the points of one cluster, a merge is
+        mostly decided from the cluster counts; 0 turns the group moves off and leaves
         single-site Gibbs).
     n_jobs : int, -1 or None, default None
         Gibbs: threads the chains run on; None follows numba's thread setting
@@ -160,6 +170,16 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         Gibbs: the raw draws of :func:`consensuskit.models.nbce.gibbs.gibbs_nbce`.
     alpha0_, beta_ : float
         Final (VB/CVB) or posterior-mean (Gibbs) hyper-parameters.
+    truncated_ : bool
+        Gibbs: whether the model was truncated (False for ``truncation=None`` with TSB).
+    truncation_ : int
+        Gibbs: components in the sampler's tables at the end (with no truncation, the
+        largest size they grew to; their last component is empty in every draw).
+    max_occupied_ : int
+        Gibbs: the most clusters occupied in a retained draw.
+    truncation_filled_ : float
+        Gibbs: share of retained draws that occupy every component (always 0.0 with no
+        truncation); a warning when it is positive.
     n_clamped_ : int
         CVB: how many leave-one-out expected counts ``E N^{-i}`` (over all passes of the
         run, entries of the (rows, clusters) and (rows, base clusterings, clusters)
@@ -178,14 +198,14 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
 
     def __init__(
         self,
-        truncation=20,
+        truncation=None,
         *,
         prior="tsb",
         inference="gibbs",
-        n_samples=200,
-        burn_in=100,
+        n_samples=500,
+        burn_in=200,
         thin=1,
-        n_chains=2,
+        n_chains=4,
         n_split_merge=None,
         n_jobs=None,
         alpha0=1.0,
@@ -226,7 +246,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     # ------------------------------------------------------------------ fit
     _driver_inference = "gibbs"
     _parameter_checks = {
-        "truncation": Integer(2),
+        "truncation": Integer(2, optional=True),
         "prior": OneOf(*PRIORS),
         "inference": OneOf("gibbs", "vb", "cvb"),
         "n_samples": Integer(1),
@@ -261,6 +281,18 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         resolve_dtype(self.dtype)  # checked for every engine, used by VB / CVB
         resolve_device(self.device)
         self._check_driver_options()
+        return self._resolved_truncation()
+
+    def _resolved_truncation(self):
+        """The number of components, or None for the untruncated TSB Gibbs sampler.
+
+        ``truncation=None``: TSB with Gibbs has no truncation; FSD, and TSB with VB/CVB
+        (whose variational families need a fixed size), use :data:`DEFAULT_TRUNCATION`.
+        """
+        if self.truncation is None:
+            if self.prior == "tsb" and self.inference == "gibbs":
+                return None
+            return DEFAULT_TRUNCATION
         return int(self.truncation)
 
     def _fit(self, ens: Ensemble, resume=None):
@@ -285,6 +317,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             checkpoint_every=self.checkpoint_every, resume=resume,
         )
         self.stopped_ = bool(out.pop("stopped"))
+        T = int(out["truncation"])
         if self.stopped_:
             ran = np.flatnonzero(~np.isnan(out["log_joint_trace"][:, 0]))
             c = int(ran[-1])  # the chain the callback stopped
@@ -343,6 +376,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             )
         self._draw_maps = maps
         self.n_clusters_draws_ = out["n_occupied"]
+        self._check_truncation(out, T)
         self.alpha0_ = float(out["alpha0"].mean())
         self.beta_ = float(out["beta"].mean())
         self._arviz_posterior = {
@@ -353,6 +387,23 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         }
         self._arviz_attrs = {"prior": self.prior, "truncation": T,
                              "inference": "collapsed_gibbs"}
+
+    def _check_truncation(self, out, T):
+        """``truncation_``, ``max_occupied_``, ``truncation_filled_``, and a warning when
+        a fixed truncation was filled (every component occupied in some draw)."""
+        self.truncated_ = not bool(out.get("unbounded", False))
+        self.truncation_ = T
+        self.max_occupied_ = int(out["n_occupied"].max())
+        self.truncation_filled_ = float(np.mean(out["n_occupied"] >= T))
+        if self.truncated_ and self.truncation_filled_ > 0:
+            warnings.warn(
+                f"NBCE: {100 * self.truncation_filled_:.1f}% of the retained draws occupy all "
+                f"{T} components of the truncation (truncation_filled_): the posterior is "
+                "that of the truncated model and would put more clusters there; raise "
+                "truncation" + (" or use truncation=None (no truncation)"
+                                if self.prior == "tsb" else ""),
+                RuntimeWarning, stacklevel=4,
+            )
 
     def _fit_variational(self, ens, T, rs):
         dtype = resolve_dtype(self.dtype)
@@ -393,6 +444,16 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         gamma = out.gamma.double().cpu().numpy()
         hard = gamma.argmax(1)
         kept, first = np.unique(hard, return_index=True)
+        if kept.size == 1 and ens.n_samples > 1:
+            warnings.warn(
+                f"NBCE {self.inference.upper()}: every row ended in one cluster "
+                f"(alpha0_={float(out.alpha0):.3g}, beta_={float(out.beta):.3g}).  Unless "
+                "the rows really are alike, this is the variational objective's "
+                "single-cluster optimum (one label distribution: the overall label "
+                "frequencies); compare with inference='gibbs', or fix the "
+                "hyper-parameters (update_hyper=False)",
+                RuntimeWarning, stacklevel=4,
+            )
         lab = relabel_by_size(hard)
         order = np.empty(kept.size, dtype=np.int64)  # consensus label -> component
         order[lab[first]] = kept

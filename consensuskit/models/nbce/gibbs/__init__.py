@@ -38,19 +38,33 @@ geometric prior weights, sampled
 exactly as a truncated geometric.  No logarithm and no exponential per point.
 Missing labels simply skip their column.
 
+No truncation
+-------------
+With ``unbounded=True`` (the estimator's ``truncation=None`` under TSB) the target is
+the untruncated stick-breaking posterior.  The tables are a window onto labels
+``0..T-1`` whose last component is always empty, where the truncated formulas equal the
+untruncated ones; each kernel computes its transition from z alone (the sweep's tail is
+the whole geometric series, a split's new label is uniform among the empty labels
+``0..last+1``, group moves weigh the geometric tail, label swaps run over every pair),
+and whatever would reach the last label stops the kernel, grows the tables
+(:meth:`GibbsState.grow`) and continues with the draw already made.  So the chain is
+the untruncated sampler exactly (``tests/test_nbce_unbounded.py``: exact draws of the
+untruncated posterior stay exact after each move; the truncated kernels fail it).
+
 Group moves
 -----------
 With ``beta`` sampled, ``beta`` drifts to about 0.01 on ensembles of k-means
 partitions; every ``z_i`` is then nearly determined by its cluster, and single-site
 moves cannot change the number of clusters (chains sat at 6-9 clusters, 30 nats
 apart).  Each iteration therefore adds moves of whole groups, both exact for the
-truncated priors over *labelled* components:
+truncated priors over *labelled* components and for the untruncated prior:
 
 * sequentially-allocated split-merge Metropolis-Hastings (Dahl 2003,
-  :func:`_split_merge`): a split puts a new group on an empty component chosen
-  uniformly, a merge keeps the second point's component; the acceptance ratio has
-  the prior ratio (:func:`_log_prior_nb`), the two groups' Dirichlet-multinomial
-  likelihoods, the allocation probability and the number of empty components;
+  :mod:`~consensuskit.models.nbce.gibbs.split_merge`): a split puts a new group on an
+  empty component chosen uniformly, a merge keeps the second point's component; the
+  acceptance ratio has the prior ratio (:func:`_log_prior_nb`), the two groups'
+  Dirichlet-multinomial likelihoods, the allocation probability and the number of
+  labels a split may use;
 * Gibbs moves of groups of identical rows (:func:`_block_moves`): a group that sits
   in one component is moved as a whole, from its exact conditional.
 

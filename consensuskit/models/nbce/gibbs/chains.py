@@ -17,7 +17,7 @@ from consensuskit.inference.driver import fit as drive
 from consensuskit.models.nbce.gibbs.state import GibbsState, gibbs_step
 from consensuskit.models.nbce.priors import get_prior
 
-__all__ = ["Chain", "GibbsChains", "gibbs_nbce"]
+__all__ = ["Chain", "ChainPlan", "ChainRuns", "GibbsChains", "gibbs_nbce", "INITIAL_TABLE_SIZE"]
 
 
 @dataclass
@@ -49,10 +49,11 @@ class GibbsChains(Engine):
 
     def __init__(self, idx, n_labels, truncation, *, prior, alpha0, beta,
                  update_hyperparameters, hyper_prior, n_samples, burn_in, thin, init,
-                 store_z, store_counts, n_split_merge, chain_seeds):
+                 store_z, store_counts, n_split_merge, chain_seeds, unbounded=False):
         self.idx = idx
         self.n_labels = n_labels
         self.T = int(truncation)
+        self.unbounded = bool(unbounded)
         self.prior = prior
         self.alpha0, self.beta = alpha0, beta
         self.update_hyperparameters = bool(update_hyperparameters)
@@ -63,9 +64,9 @@ class GibbsChains(Engine):
         self.n_split_merge = int(n_split_merge)
         self.chain_seeds = np.asarray(chain_seeds)
 
-    def _empty_draws(self):
+    def _empty_draws(self, T=None):
         N, M = self.idx.shape
-        S, T, L = self.S, self.T, int(np.sum(self.n_labels))
+        S, T, L = self.S, self.T if T is None else int(T), int(np.sum(self.n_labels))
         d = {"counts": np.zeros((S, T), dtype=np.int64), "log_joint": np.zeros(S),
              "n_occupied": np.zeros(S, dtype=np.int64), "alpha0": np.zeros(S),
              "beta": np.zeros(S)}
@@ -79,11 +80,13 @@ class GibbsChains(Engine):
     def init(self, rng=None, run=0):
         crng = np.random.RandomState(int(self.chain_seeds[run]))
         if self.z0 is None:
-            z0 = crng.randint(0, self.T, size=self.idx.shape[0])
+            # unbounded: the tables' last component starts empty
+            z0 = crng.randint(0, self.T - self.unbounded, size=self.idx.shape[0])
         else:
             z0 = self.z0[run] if self.z0.ndim == 2 else self.z0
-        g = GibbsState(self.idx, self.n_labels, z0, self.T, self.alpha0, self.beta, self.prior)
-        return Chain(g, crng, 0, self._empty_draws())
+        g = GibbsState(self.idx, self.n_labels, z0, self.T, self.alpha0, self.beta, self.prior,
+                       unbounded=self.unbounded)
+        return Chain(g, crng, 0, self._empty_draws(g.T))
 
     def step(self, state: Chain, rng=None) -> Chain:
         g = gibbs_step(state.gibbs, state.rng, self.n_split_merge,
@@ -92,6 +95,7 @@ class GibbsChains(Engine):
         state.sweeps += 1
         state.log_joint = g.log_joint()
         if it >= self.burn_in and (it - self.burn_in + 1) % self.thin == 0:
+            _widen_draws(state.draws, g.T)
             s, d = state.n_draws, state.draws
             d["counts"][s] = g.cnt
             if self.store_counts:
@@ -113,6 +117,17 @@ class GibbsChains(Engine):
         return {"draws": state.n_draws, "gibbs": state.gibbs, "chain_seeds": self.chain_seeds}
 
 
+def _widen_draws(draws, T):
+    """Pad the per-draw component axis of ``draws`` with empty components up to ``T``
+    (the untruncated sampler's tables grew; the added labels are empty in every earlier
+    draw, so zero counts are exact)."""
+    for key, axis in (("counts", 1), ("label_counts", 1), ("col_counts", 1)):
+        if key in draws and draws[key].shape[axis] < T:
+            pad = [(0, 0)] * draws[key].ndim
+            pad[axis] = (0, T - draws[key].shape[axis])
+            draws[key] = np.pad(draws[key], pad)
+
+
 class _OneChain(Engine):
     """Chain ``c`` of ``engine`` as a single-run engine (for running chains on threads)."""
 
@@ -130,19 +145,21 @@ class _OneChain(Engine):
 
 
 def _default_split_merge(n_points):
-    """Split-merge proposals (and group moves) per sweep for ``n_split_merge=None``: 20.
+    """Split-merge proposals per sweep for ``n_split_merge=None``: 100.
 
     The count does not depend on N, so the work per sweep is linear in N: a split
     allocates the points of one cluster, a merge is decided from the count tables
     (O(L + M + T)) unless the tables leave it open, and then allocates at most the
-    points of its two clusters (:func:`_split_merge`).  Twenty is what the cluster-level
-    moves need to mix on the benchmark ensembles (``experiments/nbce_mixing.py``) and
-    to leave a merged start within a few sweeps (``experiments/nbce_schedule.py``).
+    points of its two clusters (:func:`_split_merge`).  Twenty was enough on iris and
+    wine (``experiments/nbce_mixing.py``); on ensembles with 30-45 clusters
+    (balance, segmentation: ``experiments/nbce_validation.py``) 100 proposals with every
+    identical-row group moved each sweep gave split R-hat 1.03-1.06 for the log joint
+    where 20 gave 1.1-1.3, for 1.5x the CPU time.
     The count is fixed for the whole run: a count chosen from the current state (say
     the occupied components) would make the iteration's kernel depend on the state
     and no longer keep the posterior invariant.
     """
-    return 0 if n_points < 2 else 20
+    return 0 if n_points < 2 else 100
 
 
 def _numba_thread_setting():
@@ -175,6 +192,108 @@ def _resolve_n_jobs(n_jobs, n_chains):
     return max(1, min(n, n_chains))
 
 
+@dataclass(frozen=True)
+class ChainPlan:
+    """What :func:`gibbs_nbce` will run, its arguments checked and resolved: the engine,
+    the sweeps per chain, the threads and whether the chains run in turn."""
+
+    engine: GibbsChains
+    total_sweeps: int
+    workers: int
+    sequential: bool
+
+
+@dataclass(frozen=True)
+class ChainRuns:
+    """The finished chains: one driver run per chain (its ``params`` a :class:`Chain`,
+    its ``objectives`` the log joint after every sweep) and whether a callback stopped
+    the run."""
+
+    runs: list
+    stopped: bool
+
+
+#: initial size of the tables of the untruncated sampler (they grow as needed)
+INITIAL_TABLE_SIZE = 20
+
+
+def _plan(idx, n_labels, truncation, *, prior, alpha0, beta, update_hyperparameters,
+          hyper_prior, n_samples, burn_in, thin, n_chains, n_split_merge, n_jobs, init, rng,
+          store_z, store_counts, callback, checkpoint, resume) -> ChainPlan:
+    """Check the arguments of :func:`gibbs_nbce` and build its :class:`ChainPlan`."""
+    prior_obj = get_prior(prior)
+    N, M = idx.shape
+    unbounded = truncation is None
+    if unbounded and prior_obj.code != 0:
+        raise ValueError("truncation=None (no truncation) needs prior='tsb'; FSD is "
+                         "defined for a fixed number of components")
+    T = INITIAL_TABLE_SIZE if unbounded else int(truncation)
+    if T < 2:
+        raise ValueError(f"truncation must be >= 2 or None; got {truncation}")
+    C, S = int(n_chains), int(n_samples)
+    n_sm = _default_split_merge(N) if n_split_merge is None else int(n_split_merge)
+    if n_sm < 0:
+        raise ValueError(f"n_split_merge must be >= 0 or None; got {n_split_merge!r}")
+    if store_counts == "auto":
+        store_counts = C * S * T * (int(np.sum(n_labels)) + M) * 4 <= 256 * 2**20
+    chain_seeds = rng.randint(0, 2**31 - 1, size=C)
+    if resume is not None and "chain_seeds" in resume:
+        chain_seeds = np.asarray(resume["chain_seeds"])
+    engine = GibbsChains(idx, n_labels, T, prior=prior_obj, alpha0=alpha0, beta=beta,
+                         update_hyperparameters=update_hyperparameters,
+                         hyper_prior=hyper_prior, n_samples=S, burn_in=burn_in, thin=thin,
+                         init=init, store_z=store_z, store_counts=store_counts,
+                         n_split_merge=n_sm, chain_seeds=chain_seeds, unbounded=unbounded)
+    workers = _resolve_n_jobs(n_jobs, C)
+    sequential = (workers == 1 or callback is not None or checkpoint is not None
+                  or resume is not None)
+    return ChainPlan(engine, int(burn_in) + S * int(thin), workers, sequential)
+
+
+def _run_chains(plan: ChainPlan, n_chains, rng, verbose, callback, checkpoint,
+                checkpoint_every, resume) -> ChainRuns:
+    """Run the chains of ``plan``: in turn under the fit driver (callback, checkpoints,
+    resume), or each on its own thread."""
+    if plan.sequential:
+        fit = drive(plan.engine, max_iter=plan.total_sweeps, n_runs=n_chains, tol=None,
+                    rng=rng, select="all", callback=callback, checkpoint=checkpoint,
+                    checkpoint_every=checkpoint_every, resume=resume, progress=verbose,
+                    desc="NBCE Gibbs", run_name="chain", unit="sweep")
+        return ChainRuns(fit.runs, bool(fit.stopped))
+
+    def one(c):
+        return drive(_OneChain(plan.engine, c), max_iter=plan.total_sweeps, n_runs=1,
+                     tol=None, select="all", progress=verbose,
+                     desc=f"NBCE Gibbs chain {c + 1}", unit="sweep").runs[0]
+
+    with ThreadPoolExecutor(max_workers=plan.workers) as pool:
+        return ChainRuns(list(pool.map(one, range(n_chains))), False)
+
+
+def _collect(plan: ChainPlan, chains: ChainRuns, n_labels) -> dict:
+    """Stack the chains' draws over (chain, draw), the component axis padded with empty
+    components to the largest table size any chain reached."""
+    engine = plan.engine
+    C = len(chains.runs)
+    T = max([engine.T] + [run.params.gibbs.T for run in chains.runs])
+    for run in chains.runs:
+        _widen_draws(run.params.draws, T)
+    empty = engine._empty_draws(T)
+    out = {key: np.zeros((C,) + v.shape, dtype=v.dtype) for key, v in empty.items()}
+    out["log_joint_trace"] = np.full((C, plan.total_sweeps), np.nan)
+    out["n_draws"] = np.zeros(C, dtype=np.int64)
+    out["move_stats"] = np.zeros((C, 7), dtype=np.int64)
+    for c, run in enumerate(chains.runs):
+        for key, v in run.params.draws.items():
+            out[key][c] = v
+        out["log_joint_trace"][c, :len(run.objectives)] = run.objectives
+        out["n_draws"][c] = run.params.n_draws
+        out["move_stats"][c] = run.params.gibbs.stats
+    out.update(stopped=chains.stopped, prior=engine.prior.name, truncation=T,
+               unbounded=engine.unbounded, n_labels=np.asarray(n_labels, dtype=np.int64))
+    return out
+
+
 def gibbs_nbce(
     idx,
     n_labels,
@@ -204,11 +323,10 @@ def gibbs_nbce(
     """Run ``n_chains`` collapsed Gibbs chains for NBCE (:class:`GibbsChains` under the driver).
 
     Each iteration of a chain is a systematic Gibbs sweep over the points,
-    ``n_split_merge`` split-merge Metropolis-Hastings moves (whole clusters split or
-    merged, so the chain can change its number of clusters even when ``beta`` is
-    small and single points cannot leave their cluster) and as many moves of groups
-    of identical rows, adjacent label swaps (TSB) and slice updates of
-    ``alpha0 | z`` and ``beta | x, z``.
+    ``n_split_merge`` split-merge moves and as many moves of groups of identical rows,
+    adjacent label swaps (TSB) and slice updates of ``alpha0 | z`` and ``beta | x, z``
+    (:meth:`GibbsState.iterate`).  The pieces: :func:`_plan` (arguments checked, a
+    :class:`ChainPlan`), :func:`_run_chains` (:class:`ChainRuns`), :func:`_collect`.
 
     Parameters
     ----------
@@ -216,8 +334,10 @@ def gibbs_nbce(
         Global label index (:meth:`Ensemble.offset_index`), ``-1`` missing.
     n_labels : int array, shape (M,)
         ``k_j``.
-    truncation : int
-        T, the number of components.
+    truncation : int or None
+        T, the number of components; ``None`` (TSB only): no truncation -- the
+        untruncated stick-breaking prior, whose tables start at
+        :data:`INITIAL_TABLE_SIZE` components and grow (:class:`GibbsState`).
     prior : {"tsb", "fsd"} or a :class:`~consensuskit.models.nbce.priors.PartitionPrior`
     alpha0, beta : float
         Fixed values, or starting values when ``update_hyperparameters``.
@@ -231,21 +351,19 @@ def gibbs_nbce(
         Split-merge proposals per sweep, and as many moves of groups of identical
         rows (None: :func:`_default_split_merge`; 0: single-site Gibbs only).
     n_jobs : int, -1 or None
-        Threads the chains run on (the compiled moves release the GIL).  ``None``
-        follows numba's thread setting (``numba.set_num_threads`` /
-        ``NUMBA_NUM_THREADS``).  The draws do not depend on it.  With a ``callback``,
-        ``checkpoint`` or ``resume`` the chains run one after the other.
+        Threads the chains run on (None: numba's thread setting); the draws do not
+        depend on it.  With a ``callback``, ``checkpoint`` or ``resume`` the chains run
+        one after the other.
     init : None or int array (N,) or (n_chains, N)
-        Initial indicators; default uniform at random over the T components.
+        Initial indicators; default uniform at random over the T components (the
+        first T-1 without truncation).
     random_state : None, int or RandomState
         Draws one seed per chain; each chain then has its own generator.
     store_counts : bool or "auto"
-        Keep each draw's ``label_counts`` / ``col_counts`` (T x L and T x M per
-        draw).  "auto": only if they take at most 256 MB; otherwise they can be
-        recomputed from ``z`` with :func:`draw_counts`.
+        Keep each draw's ``label_counts`` / ``col_counts``; "auto": if they take at most
+        256 MB at the initial T (else :func:`draw_counts` recomputes them from ``z``).
     store_z : bool
-        Keep the retained indicator vectors (needed for co-clustering and the
-        point consensus).
+        Keep the retained indicators (for co-clustering and the point consensus).
     callback, checkpoint, checkpoint_every, resume
         As in :func:`consensuskit.inference.driver.fit`: the snapshot after every sweep
         has ``chain``, ``iteration`` (sweeps done in this chain), ``draws`` (retained so
@@ -265,60 +383,17 @@ def gibbs_nbce(
         splits, accepted merges, proposed splits, proposed merges, splits impossible for
         want of an empty component, slice updates that kept the old value, group moves
         that changed a component; ``stopped`` (the callback stopped the run); and
-        ``prior``, ``truncation``, ``n_labels``.
+        ``prior``, ``truncation`` (T: without truncation the largest table size reached,
+        whose last component is empty in every draw), ``unbounded``, ``n_labels``.
     """
-    prior_obj = get_prior(prior)
     rng = check_random_state(random_state)
     idx = np.ascontiguousarray(idx, dtype=np.int32)
-    N, M = idx.shape
-    T = int(truncation)
-    if T < 2:
-        raise ValueError(f"truncation must be >= 2; got {truncation}")
-    L = int(np.sum(n_labels))
-    C, S = int(n_chains), int(n_samples)
-    n_sm = _default_split_merge(N) if n_split_merge is None else int(n_split_merge)
-    if n_sm < 0:
-        raise ValueError(f"n_split_merge must be >= 0 or None; got {n_split_merge!r}")
-    workers = _resolve_n_jobs(n_jobs, C)
-    if store_counts == "auto":
-        store_counts = C * S * T * (L + M) * 4 <= 256 * 2**20
-    chain_seeds = rng.randint(0, 2**31 - 1, size=C)
-    if resume is not None and "chain_seeds" in resume:
-        chain_seeds = np.asarray(resume["chain_seeds"])
-    engine = GibbsChains(idx, n_labels, T, prior=prior_obj, alpha0=alpha0, beta=beta,
-                         update_hyperparameters=update_hyperparameters,
-                         hyper_prior=hyper_prior, n_samples=S, burn_in=burn_in, thin=thin,
-                         init=init, store_z=store_z, store_counts=store_counts,
-                         n_split_merge=n_sm, chain_seeds=chain_seeds)
-    total = burn_in + S * thin
-    sequential = (workers == 1 or callback is not None or checkpoint is not None
-                  or resume is not None)
-    if sequential:
-        fit = drive(engine, max_iter=total, n_runs=C, tol=None, rng=rng, select="all",
-                    callback=callback, checkpoint=checkpoint,
-                    checkpoint_every=checkpoint_every, resume=resume, progress=verbose,
-                    desc="NBCE Gibbs", run_name="chain", unit="sweep")
-        runs, stopped = fit.runs, fit.stopped
-    else:
-        def one(c):
-            return drive(_OneChain(engine, c), max_iter=total, n_runs=1, tol=None,
-                         select="all", progress=verbose, desc=f"NBCE Gibbs chain {c + 1}",
-                         unit="sweep").runs[0]
-
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            runs = list(pool.map(one, range(C)))
-        stopped = False
-    empty = engine._empty_draws()
-    out = {key: np.zeros((C,) + v.shape, dtype=v.dtype) for key, v in empty.items()}
-    out["log_joint_trace"] = np.full((C, total), np.nan)
-    out["n_draws"] = np.zeros(C, dtype=np.int64)
-    out["move_stats"] = np.zeros((C, 7), dtype=np.int64)
-    for c, run in enumerate(runs):
-        for key, v in run.params.draws.items():
-            out[key][c] = v
-        out["log_joint_trace"][c, :len(run.objectives)] = run.objectives
-        out["n_draws"][c] = run.params.n_draws
-        out["move_stats"][c] = run.params.gibbs.stats
-    out.update(stopped=stopped, prior=prior_obj.name, truncation=T,
-               n_labels=np.asarray(n_labels, dtype=np.int64))
-    return out
+    plan = _plan(idx, n_labels, truncation, prior=prior, alpha0=alpha0, beta=beta,
+                 update_hyperparameters=update_hyperparameters, hyper_prior=hyper_prior,
+                 n_samples=n_samples, burn_in=burn_in, thin=thin, n_chains=n_chains,
+                 n_split_merge=n_split_merge, n_jobs=n_jobs, init=init, rng=rng,
+                 store_z=store_z, store_counts=store_counts, callback=callback,
+                 checkpoint=checkpoint, resume=resume)
+    chains = _run_chains(plan, int(n_chains), rng, verbose, callback, checkpoint,
+                         checkpoint_every, resume)
+    return _collect(plan, chains, n_labels)

@@ -268,8 +268,14 @@ def _slot_weights(n_rest, cnt, comp_of, slot_of, n_occ, last, lik, inv1a, a0, af
 
 
 @numba.njit(**_HOT)
-def _slot_draw(ns, head, tail, w, comp_of, n_occ, last, a0, inv1a, prior):
-    """A component drawn from the weights of :func:`_slot_weights`."""
+def _slot_draw(ns, head, tail, w, comp_of, n_occ, last, a0, inv1a, prior, unbounded):
+    """A component drawn from the weights of :func:`_slot_weights`.
+
+    TSB with ``unbounded`` (the untruncated stick-breaking prior): the tail after
+    ``last`` is the whole geometric series over labels ``last+1, last+2, ...``, so the
+    label returned can be ``>= T - 1``, past the tables' last empty component; the
+    caller then enlarges the tables before adding the point (:func:`_sweeps`).
+    """
     K = comp_of.shape[0]
     u = np.random.random() * (head + tail)  # noqa: NPY002 - numba RNG, seeded by _seed
     if u < head:
@@ -281,6 +287,13 @@ def _slot_draw(ns, head, tail, w, comp_of, n_occ, last, a0, inv1a, prior):
         return ns - 1 if prior == 0 else comp_of[ns - 1]  # rounding at the very end
     if tail <= 0.0:  # rounding at the very end of the entries
         return ns - 1 if prior == 0 else comp_of[ns - 1]
+    if prior == 0 and unbounded:
+        q = a0 * inv1a[0]
+        if q <= 0.0:
+            return last + 1
+        v = 1.0 - np.random.random()  # noqa: NPY002 - in (0, 1]
+        jj = min(math.log(v) / math.log(q), 1e12)  # failures before a success: P(>=j)=q^j
+        return last + 1 + int(jj)
     if prior == 0:
         t = K - 2 - last
         if t <= 0:
@@ -321,15 +334,23 @@ def _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ, n_rest, in
 
 
 @numba.njit(**_ENTRY, nogil=True)
-def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, prior, n_sweeps):
-    """``n_sweeps`` systematic-scan Gibbs sweeps over the points, in the slot layout."""
+def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, prior, n_sweeps,
+            start, unbounded):
+    """``n_sweeps`` systematic-scan Gibbs sweeps over the points, in the slot layout; the
+    first starts at row ``start``.
+
+    Returns -1 when done.  With ``unbounded`` (TSB without truncation, one sweep per call)
+    a row whose draw is a label ``>= T - 1`` stops the sweep: its label is written to
+    ``z``, the row is left out of the counts, and its index is returned, so that the
+    caller enlarges the tables, adds the row and continues at the next row.
+    """
     N, M = idx.shape
     K = cnt.shape[0]
     slot_of, comp_of, snum, sinv, occ, w, lik = _slot_workspace(num.shape[0], M, K)
     _pack_slots(cnt, num, invden, slot_of, comp_of, snum, sinv, occ)
     out, into = np.int64(-1), np.int64(1)  # not literals: see _HOT
-    for _ in range(n_sweeps):
-        for n in range(N):
+    for sw in range(n_sweeps):
+        for n in range(start if sw == 0 else 0, N):
             # the per-point kernels are inlined by LLVM (_HOT): a call passing a dozen
             # arrays would cost more than the update itself
             k = z[n]
@@ -339,13 +360,18 @@ def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, pr
                 _slot_vacate(k, cnt, snum, sinv, slot_of, comp_of, occ)
             ns, head, tail = _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ,
                                                N - 1, inv1a, a0, afsd, prior, w, lik)
-            knew = _slot_draw(ns, head, tail, w, comp_of, occ[0], occ[1], a0, inv1a, prior)
+            knew = _slot_draw(ns, head, tail, w, comp_of, occ[0], occ[1], a0, inv1a, prior,
+                              unbounded)
             z[n] = knew
+            if knew >= K - 1 and unbounded:
+                _unpack_slots(slot_of, snum, sinv, num, invden)
+                return n
             if cnt[knew] == 0:
                 _slot_occupy(knew, slot_of, comp_of, occ)
             cnt[knew] += 1
             _slot_update(n, knew, slot_of[knew], into, idx, nlk, ckm, snum, sinv, beta, Jbeta)
     _unpack_slots(slot_of, snum, sinv, num, invden)
+    return -1
 
 
 @numba.njit(**_ENTRY)
@@ -382,7 +408,8 @@ def _conditional_nb(n, k0, n_draws, idx, cnt, nlk, num, ckm, invden, beta, Jbeta
             full[K - 1] = tail * q**t
     draws = np.empty(n_draws, dtype=np.int64)
     for i in range(n_draws):
-        draws[i] = _slot_draw(ns, head, tail, w, comp_of, n_occ, last, a0, inv1a, prior)
+        draws[i] = _slot_draw(ns, head, tail, w, comp_of, n_occ, last, a0, inv1a, prior,
+                              False)
     if cnt[k0] == 0:
         _slot_occupy(k0, slot_of, comp_of, occ)
     cnt[k0] += 1
@@ -401,27 +428,34 @@ def _tsb_stick_pair(nk, nk1, rest, a0, last):
 
 
 @numba.njit(**_INNER_ALLOC)
-def _tsb_swaps(cnt, nlk, num, ckm, invden, a0, perm):
-    """Metropolis label swaps of adjacent components k <-> k+1 (TSB only).
+def _tsb_swaps(cnt, nlk, num, ckm, invden, a0, perm, start, unbounded):
+    """Metropolis label swaps of adjacent components k <-> k+1 (TSB only), for
+    ``k = start, start+1, ...``.
 
     The likelihood is invariant to relabelling; only p(z | alpha0) changes, so the
     acceptance ratio needs only three counts.  ``perm`` (T,) accumulates the
-    relabelling old -> new to apply to z afterwards.
+    relabelling old -> new to apply to z afterwards.  Returns -1 when the pass is done.
+    With ``unbounded`` (no truncation: the last component is an ordinary stick) a pass
+    that reaches the pair ``(T-2, T-1)`` with ``T-2`` occupied stops before it and
+    returns ``T-2``: the caller enlarges the tables and continues from there, so the
+    pass is that of the untruncated prior (pairs of two empty components are no-ops).
     """
     K = cnt.shape[0]
     rest = 0
-    for k in range(K):
+    for k in range(start, K):
         rest += cnt[k]
     inv = np.empty(K, dtype=np.int64)
     for k in range(K):
         inv[perm[k]] = k
-    for k in range(K - 1):
+    for k in range(start, K - 1):
+        if unbounded and k == K - 2 and cnt[k] > 0:
+            return k
         rest -= cnt[k]
         r = rest - cnt[k + 1]  # N_{>k+1}
         a, b = cnt[k], cnt[k + 1]
         if a == b:
             continue
-        last = k + 1 == K - 1
+        last = k + 1 == K - 1 and not unbounded
         d = _tsb_stick_pair(b, a, r, a0, last) - _tsb_stick_pair(a, b, r, a0, last)
         if d >= 0.0 or np.random.random() < math.exp(d):  # noqa: NPY002 - numba RNG
             cnt[k], cnt[k + 1] = b, a
@@ -445,6 +479,7 @@ def _tsb_swaps(cnt, nlk, num, ckm, invden, a0, perm):
             perm[o2] = k
             perm[o1] = k + 1
         rest = cnt[k + 1] + r  # N_{>k} after a possible swap
+    return -1
 
 
 @numba.njit(**_INNER)
@@ -467,6 +502,19 @@ def _log_prior_nb(cnt, a0, code):
         if k < K - 1:
             v += la + math.lgamma(1.0 + nk) + math.lgamma(a0 + gt) - math.lgamma(1.0 + a0 + nk + gt)
         gt += nk
+    return v
+
+
+@numba.njit(**_INNER)
+def _log_prior_window(cnt, a0, code, unbounded):
+    """:func:`_log_prior_nb`, or with ``unbounded`` the untruncated stick-breaking prior
+    of labels ``0 .. T-1`` (the last component an ordinary stick: equal unless it is
+    occupied)."""
+    v = _log_prior_nb(cnt, a0, code)
+    K = cnt.shape[0]
+    if unbounded and cnt[K - 1] > 0:
+        n = cnt[K - 1]
+        v += math.log(a0) + math.lgamma(1.0 + n) + math.lgamma(a0) - math.lgamma(1.0 + a0 + n)
     return v
 
 

@@ -11,13 +11,16 @@ from consensuskit.models.nbce.gibbs.moves import (
     _block_moves,
     _label_swaps,
     _refresh_tables,
-    _split_merge,
     _update_hyper,
     identical_row_groups,
 )
+from consensuskit.models.nbce.gibbs.split_merge import _split_merge
 from consensuskit.models.nbce.priors import get_prior
 
 __all__ = ["GibbsState", "conditional_probs", "sample_conditional", "gibbs_step"]
+
+#: default share of split-merge proposals whose pair is drawn near each other
+SPLIT_MERGE_LOCAL_SHARE = 0.0
 
 
 # ---------------------------------------------------------------------------
@@ -34,20 +37,36 @@ class GibbsState:
     ckm : int64 (M, T)        N_{k j}: points of cluster k labelled by column j
     num : float64 (L, T)      beta + N_{k l}
     invden : float64 (M, T)   1 / (k_j beta + N_{k j})
+    unbounded : bool          TSB without truncation (below)
+
+    With ``unbounded`` the model is the untruncated stick-breaking prior (a Dirichlet
+    process over labelled components) and ``T`` is only the size of the tables: a window
+    onto labels ``0 .. T-1`` whose last component is kept empty.  Every kernel then
+    computes its transition from z alone, as if the tables were infinite: whatever
+    would touch a label ``>= T-1`` stops the kernel, the tables grow (:meth:`grow`:
+    zero counts appended, z unchanged) and the kernel continues where it stopped.
+    So the chain is the untruncated sampler, nothing is truncated, and ``T`` is a
+    function of the path, not a parameter of the model.
     """
 
-    def __init__(self, idx, n_labels, z, truncation, alpha0, beta, prior):
+    def __init__(self, idx, n_labels, z, truncation, alpha0, beta, prior, unbounded=False):
         self.idx = np.ascontiguousarray(idx, dtype=np.int32)
         self.n_labels = np.asarray(n_labels, dtype=np.int64)
         self.T = int(truncation)
         self.prior_obj = get_prior(prior)
         self.prior = self.prior_obj.name
+        self.unbounded = bool(unbounded)
+        if self.unbounded and self.prior_obj.code != 0:
+            raise ValueError("unbounded=True needs the stick-breaking prior (tsb)")
         N, M = self.idx.shape
         self.L = int(self.n_labels.sum())
         self.col_of = np.repeat(np.arange(M), self.n_labels)
         self.z = np.ascontiguousarray(z, dtype=np.int64).copy()
-        if self.z.shape != (N,) or self.z.min() < 0 or self.z.max() >= self.T:
+        top = self.z.max() + 2 if self.unbounded else self.T
+        if self.z.shape != (N,) or self.z.min() < 0 or (self.z.max() >= self.T
+                                                         and not self.unbounded):
             raise ValueError(f"initial z must have shape ({N},) with values in [0, {self.T})")
+        self.T = max(self.T, int(top))
         self.cnt = np.bincount(self.z, minlength=self.T).astype(np.int64)
         self.nlk = np.zeros((self.L, self.T), dtype=np.int64)
         self.ckm = np.zeros((M, self.T), dtype=np.int64)
@@ -56,6 +75,14 @@ class GibbsState:
         np.add.at(self.ckm, (cols, self.z[rows]), 1)
         #: split-merge and slice counters, see :meth:`iterate`
         self.stats = np.zeros(7, dtype=np.int64)
+        #: share of split-merge pairs drawn near each other (see
+        #: :func:`~consensuskit.models.nbce.gibbs.split_merge._draw_pair`), their weights
+        #: by the number of differing columns d: ``exp(-d)``
+        self.split_merge_local_share = SPLIT_MERGE_LOCAL_SHARE
+        self.near_weights = np.exp(-np.arange(M + 1, dtype=np.float64))
+        #: added to split-merge log acceptance ratios (splits +, merges -): 0.0; set only
+        #: by the negative controls of the tests (a sampler that must fail them)
+        self.split_merge_log_ratio_error = 0.0
         #: groups of identical rows, moved together (:func:`_block_moves`)
         self.group_ptr, self.group_rows = identical_row_groups(self.idx)
         self.hyp = np.empty(2)
@@ -87,6 +114,35 @@ class GibbsState:
     def prior_code(self):
         return self.prior_obj.code
 
+    def grow(self, label=None):
+        """Enlarge the tables (unbounded TSB) so that component ``label`` exists and the
+        last component is empty: zero counts appended, by at least half the size."""
+        need = self.T if label is None else int(label) + 2
+        if need <= self.T and self.cnt[-1] == 0:
+            return
+        T = max(need, self.T + max(self.T // 2, 4))
+        if T > 10 * self.idx.shape[0] + 1000:
+            raise RuntimeError(f"NBCE: a label of {T - 2} was drawn for {self.idx.shape[0]} "
+                               "points (alpha0 far too large?)")
+        pad = T - self.T
+        self.cnt = np.concatenate([self.cnt, np.zeros(pad, dtype=np.int64)])
+        self.nlk = np.ascontiguousarray(np.pad(self.nlk, ((0, 0), (0, pad))))
+        self.ckm = np.ascontiguousarray(np.pad(self.ckm, ((0, 0), (0, pad))))
+        self.num = np.empty((self.L, T))
+        self.invden = np.empty((self.idx.shape[1], T))
+        self.T = T
+        self.set_hyper(self.alpha0, self.beta)
+
+    def _add_rows(self, rows, label):
+        """Put ``rows`` (out of the counts) in component ``label`` (after :meth:`grow`)."""
+        for n in np.atleast_1d(rows):
+            self.z[n] = label
+            self.cnt[label] += 1
+            obs = np.flatnonzero(self.idx[n] >= 0)
+            self.nlk[self.idx[n, obs], label] += 1
+            self.ckm[obs, label] += 1
+        self.set_hyper(self.alpha0, self.beta)
+
     def _move_args(self):
         return (self.idx, self.cnt, self.nlk, self.num, self.ckm, self.invden, self.beta,
                 self.Jbeta)
@@ -94,8 +150,9 @@ class GibbsState:
     def iterate(self, n_split_merge=0, update_hyper=False,
                 hyper_prior=((1.0, 1.0), (1.0, 1.0))):
         """One iteration of the chain: a systematic Gibbs sweep over the points, then
-        ``n_split_merge`` split-merge moves and as many moves of groups of identical
-        rows, then (TSB) adjacent label swaps, then (if ``update_hyper``) slice updates
+        ``n_split_merge`` split-merge moves and (if that is positive) a Gibbs move of
+        every group of identical rows in turn (cost O(groups x T x M), at most a sweep's),
+        then (TSB) adjacent label swaps, then (if ``update_hyper``) slice updates
         of alpha0 | z and beta | x, z; ``stats`` accumulates their counts (see
         :func:`gibbs_nbce`).
 
@@ -108,7 +165,7 @@ class GibbsState:
         self.sweep(1)
         if n_split_merge > 0:
             self.split_merge(n_split_merge)
-            self.group_moves(n_split_merge)
+            self.group_moves()
         self.label_swaps()
         if update_hyper:
             hp = np.asarray(hyper_prior, dtype=np.float64).reshape(4)
@@ -117,24 +174,48 @@ class GibbsState:
 
     def sweep(self, n_sweeps=1):
         """Run ``n_sweeps`` systematic-scan sweeps over all points (compiled)."""
-        _sweeps(
-            self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden, self.beta,
-            self.Jbeta, self.inv1a, self.alpha0, self.afsd, self.prior_code, int(n_sweeps),
-        )
+        for _ in range(int(n_sweeps) if self.unbounded else 1):
+            start = 0
+            while True:
+                stop = _sweeps(
+                    self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden,
+                    self.beta, self.Jbeta, self.inv1a, self.alpha0, self.afsd, self.prior_code,
+                    1 if self.unbounded else int(n_sweeps), start, self.unbounded)
+                if stop < 0:
+                    break
+                self.grow(self.z[stop])
+                self._add_rows(stop, self.z[stop])
+                start = stop + 1
 
     def split_merge(self, n_proposals=1):
         """``n_proposals`` split-merge Metropolis-Hastings moves (:func:`_split_merge`)."""
-        _split_merge(self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden,
-                     self.beta, self.Jbeta, self.alpha0, self.prior_code, int(n_proposals),
-                     self.stats)
+        left = int(n_proposals)
+        while left > 0:
+            left -= _split_merge(self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm,
+                                 self.invden, self.beta, self.Jbeta, self.alpha0,
+                                 self.prior_code, left, self.stats, self.unbounded,
+                                 float(self.split_merge_local_share), self.near_weights,
+                                 getattr(self, "split_merge_log_ratio_error", 0.0))
+            if self.unbounded:
+                self.grow()
 
     def group_moves(self, n_moves=None):
         """Gibbs moves of groups of identical rows (:func:`_block_moves`); all groups
         in turn by default."""
         n = self.group_ptr.size - 1 if n_moves is None else int(n_moves)
-        _block_moves(self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden,
-                     self.beta, self.Jbeta, self.alpha0, self.prior_code, self.group_ptr,
-                     self.group_rows, n, self.stats)
+        start = 0
+        while True:
+            stop = _block_moves(self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm,
+                                self.invden, self.beta, self.Jbeta, self.alpha0,
+                                self.prior_code, self.group_ptr, self.group_rows, start, n,
+                                self.stats, self.unbounded)
+            if stop.move < 0:
+                break
+            self.grow(stop.label)
+            g = stop.group
+            self._add_rows(self.group_rows[self.group_ptr[g]:self.group_ptr[g + 1]],
+                           stop.label)
+            start = stop.move + 1
 
     def label_swaps(self):
         """One pass of adjacent label-swap Metropolis moves (TSB; no-op for FSD).
@@ -145,7 +226,14 @@ class GibbsState:
         """
         if self.prior_code != 0:
             return
-        _label_swaps(self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden, self.alpha0)
+        start = 0
+        while True:
+            stop = _label_swaps(self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden,
+                                self.alpha0, start, self.unbounded)
+            if stop < 0:
+                break
+            self.grow(self.T - 1)
+            start = stop
 
     def log_prior(self, alpha0=None):
         a0 = self.alpha0 if alpha0 is None else alpha0
