@@ -262,8 +262,8 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
 
     def _validate(self, ens):
         self._validate_parameters()
-        T = int(self.truncation)
-        if T > max(ens.n_samples, MAX_TRUNCATION_BELOW_N):
+        T = None if self.truncation is None else int(self.truncation)
+        if T is not None and T > max(ens.n_samples, MAX_TRUNCATION_BELOW_N):
             raise ValueError(
                 f"truncation={T} exceeds the {ens.n_samples} rows (and "
                 f"{MAX_TRUNCATION_BELOW_N}): at most one cluster per row can be occupied, and "
