@@ -163,19 +163,23 @@ class ConsensusEstimator(ClusterMixin, BaseEstimator):
     def _fit(self, ensemble: Ensemble):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def save(self, path) -> None:
-        """Save this estimator (fitted or not) to ``path``; see
+    def save(self, path, *, allowed=()) -> None:
+        """Save this estimator (fitted or not) to ``path`` in a format that cannot run code
+        when loaded; ``allowed``: user classes/functions it holds (stored by name).  See
         :mod:`consensuskit.io.persistence`."""
         from consensuskit.io.persistence import save
 
-        save(self, path)
+        save(self, path, allowed=allowed)
 
     @classmethod
-    def load(cls, path):
-        """Load an estimator saved with :meth:`save`; checks format version and class."""
+    def load(cls, path, *, trust=False, allowed=()):
+        """Load an estimator saved with :meth:`save`; checks format version and class.
+
+        ``trust=True`` reads a file of the old pickle format (it runs the pickle: only for
+        files you trust); ``allowed``: the user classes/functions the file names."""
         from consensuskit.io.persistence import load
 
-        return load(path, expected_class=cls)
+        return load(path, expected_class=cls, trust=trust, allowed=allowed)
 
     def encode(self, X, unknown: str = "error") -> Ensemble:
         """Rows ``X`` (n, M) coded in the label space learned in ``fit``, as an

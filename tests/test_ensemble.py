@@ -27,7 +27,7 @@ from consensuskit.data.ensemble import (
         ([[0, -1], [1, -1], [1, -1]], r"column\) 1 has no observed label"),
         (np.array([[0.0, 1.0], [1.0, 2.5]]), r"row 1, column 1 is 2.5, not an integer"),
         ([[0, 1], [1, "a"]], r"row 1, column 1 is 'a'"),
-        (np.array([["a", "b"], ["c", "d"]]), r"strings.*row 0, column 0 is 'a'"),
+        (np.array([["a", "b"], ["c\x00x", "d"]]), r"row 1, column 0 contains a NUL byte"),
         (np.array([[0, 1], [2, "x"]], dtype=object), r"row 1, column 1 is 'x' of type str"),
         (pd.DataFrame({"a": [0, 1], "b": [1, "y"]}), r"row 1, column 1 is 'y'"),
         ([[0, 1], [-3, 0]], r"row 1, column 0 is -3; negative labels"),

@@ -18,11 +18,12 @@ the models need:
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
+
+from consensuskit.data.label_input import _labels_and_names, _to_numpy
 
 __all__ = [
     "Ensemble", "LabelData", "as_ensemble", "sample_pairs", "code_dtype", "MISSING",
@@ -86,106 +87,6 @@ def _code_integer_columns(A: np.ndarray):
     return codes, n_labels, tuple(cats)
 
 
-def _to_numpy(X) -> np.ndarray:
-    """Turn numpy / torch / pandas / nested-list input into a numpy array."""
-    if isinstance(X, Ensemble):
-        raise TypeError("already an Ensemble")
-    if sp.issparse(X):
-        raise TypeError(
-            "sparse input is not supported: pass the label matrix as a dense array "
-            "(missing labels as -1 or NaN)"
-        )
-    if X is None or isinstance(X, (dict, set, frozenset)):
-        raise TypeError(
-            "labels must be a 2-D array-like of shape (n_samples, n_partitions); "
-            f"got {type(X).__name__}"
-        )
-    try:  # torch without importing it eagerly
-        import torch
-
-        if isinstance(X, torch.Tensor):
-            return X.detach().cpu().numpy()
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
-    if hasattr(X, "to_numpy") and hasattr(X, "columns"):  # pandas DataFrame
-        return X.to_numpy(dtype=object, na_value=np.nan) if _has_pandas_na(X) else X.to_numpy()
-    if isinstance(X, (str, bytes)) or np.isscalar(X):
-        raise ValueError(
-            "labels must be a 2-D array-like of shape (n_samples, n_partitions); got a scalar"
-        )
-    if _is_ragged_or_mixed(X):
-        _check_not_ragged(X)
-        return np.asarray(X, dtype=object)
-    return np.asarray(X)
-
-
-def _check_not_ragged(X) -> None:
-    """Raise if a nested sequence has rows of different lengths (numpy would make it 1-D)."""
-    try:
-        lengths = [len(row) for row in X]
-    except TypeError:  # some rows are scalars
-        lengths = [len(row) if hasattr(row, "__len__") and not isinstance(row, str) else None
-                   for row in X]
-    if len(set(lengths)) > 1:
-        first = lengths[0]
-        i = next(i for i, n in enumerate(lengths) if n != first)
-        raise ValueError(
-            f"labels are ragged: row 0 has {first} entries but row {i} has {lengths[i]}; "
-            "every row needs one label per base clustering"
-        )
-
-
-def _has_pandas_na(df) -> bool:
-    return any(str(t) in {"Int64", "Int32", "Int16", "Int8", "object"} for t in df.dtypes)
-
-
-def _is_ragged_or_mixed(X) -> bool:
-    if isinstance(X, np.ndarray):
-        return False
-    try:
-        np.asarray(X)
-    except (ValueError, TypeError):
-        return True
-    return False
-
-
-def _is_missing_scalar(v) -> bool:
-    if v is None:
-        return True
-    if isinstance(v, float) and np.isnan(v):
-        return True
-    try:
-        import pandas as pd
-
-        return v is pd.NA or v is pd.NaT
-    except ImportError:  # pragma: no cover
-        return False
-
-
-def _object_to_float(A: np.ndarray) -> np.ndarray:
-    """Convert an object array of labels to float64 (NaN = missing), refusing strings."""
-    out = np.empty(A.shape, dtype=np.float64)
-    for (i, j), v in np.ndenumerate(A):
-        if _is_missing_scalar(v):
-            out[i, j] = np.nan
-        elif isinstance(v, (bool, np.bool_)):
-            out[i, j] = float(v)
-        elif isinstance(v, numbers.Real):
-            out[i, j] = float(v)
-        elif not isinstance(v, (str, bytes, np.str_, np.bytes_, numbers.Number)):
-            raise TypeError(
-                f"label at row {i}, column {j} is {v!r} of type {type(v).__name__}: the "
-                "argument must be an integer, not a string or an object (labels are "
-                "integer numbers; missing: -1, NaN or None)"
-            )
-        else:
-            raise ValueError(
-                f"label at row {i}, column {j} is {v!r} of type {type(v).__name__}; "
-                "labels must be integers (missing: -1, NaN or None)"
-            )
-    return out
-
-
 def _check_observed(codes: np.ndarray, allow_missing_rows: bool) -> None:
     """Raise on a column (always) or a row (unless allowed) with no observed label."""
     empty_cols = [j for j in range(codes.shape[1]) if not (codes[:, j] >= 0).any()]
@@ -204,55 +105,6 @@ def _check_observed(codes: np.ndarray, allow_missing_rows: bool) -> None:
                 f"row {empty_rows[0]} has no observed label in any base clustering "
                 f"({empty_rows.size} such row(s)); remove it or give it a label"
             )
-
-
-def labels_to_int(A: np.ndarray) -> np.ndarray:
-    """Validate a 2-D label array and return int64 labels with -1 for missing."""
-    if A.dtype == object:
-        A = _object_to_float(A)
-    if A.dtype.kind in "US":
-        # name the first entry that is not even an integer written as text
-        where = (0, 0)
-        for (i, j), v in np.ndenumerate(A):
-            try:
-                int(v)
-            except ValueError:
-                where = (i, j)
-                break
-        i, j = where
-        raise ValueError(
-            f"labels are strings (dtype {A.dtype}): label at row {i}, column {j} is "
-            f"{str(A[i, j])!r}; labels must be integers (missing: -1 or NaN)"
-        )
-    if A.dtype.kind == "b":
-        return A.astype(np.int64)
-    if A.dtype.kind in "iu":
-        L = A.astype(np.int64)
-    elif A.dtype.kind == "f":
-        finite = np.isfinite(A)
-        inf = np.isinf(A)
-        if inf.any():
-            i, j = np.argwhere(inf)[0]
-            raise ValueError(f"label at row {i}, column {j} is infinite")
-        frac = finite & (A != np.round(A))
-        if frac.any():
-            i, j = np.argwhere(frac)[0]
-            raise ValueError(
-                f"label at row {i}, column {j} is {float(A[i, j])!r}, not an integer; "
-                "labels must be integer-valued (missing: -1 or NaN)"
-            )
-        L = np.where(finite, A, -1).astype(np.int64)
-    else:
-        what = "Complex data not supported: " if A.dtype.kind == "c" else ""
-        raise ValueError(f"{what}labels must be integers; got dtype {A.dtype}")
-    bad = L < -1
-    if bad.any():
-        i, j = np.argwhere(bad)[0]
-        raise ValueError(
-            f"label at row {i}, column {j} is {L[i, j]}; negative labels are not allowed "
-            "except -1, which marks a missing label"
-        )
-    return L
 
 
 @dataclass(frozen=True, eq=False)
@@ -332,7 +184,7 @@ class Ensemble:
             codes, n_labels, cats = _code_integer_columns(A)
             _check_observed(codes, allow_missing_rows)
             return cls(codes=codes, n_labels=n_labels, categories=cats)
-        L = labels_to_int(A)
+        L, names = _labels_and_names(A)
         observed = L >= 0
         empty_cols = np.flatnonzero(~observed.any(axis=0))
         if empty_cols.size:
@@ -348,16 +200,18 @@ class Ensemble:
                     f"({empty_rows.size} such row(s)); remove it or give it a label"
                 )
         N, M = L.shape
-        cats = []
+        cats, uniqs = [], []
         n_labels = np.empty(M, dtype=np.int64)
         for j in range(M):
             uniq = np.unique(L[L[:, j] >= 0, j])
-            cats.append(uniq)
+            uniqs.append(uniq)
+            # a column of names holds their codes in L; its categories are the names
+            cats.append(uniq if names is None or names[j] is None else names[j][uniq])
             n_labels[j] = uniq.size
         codes = np.full((N, M), MISSING, dtype=code_dtype(n_labels), order="F")
         for j in range(M):
             obs = L[:, j] >= 0
-            codes[obs, j] = np.searchsorted(cats[j], L[obs, j])
+            codes[obs, j] = np.searchsorted(uniqs[j], L[obs, j])
         return cls(codes=codes, n_labels=n_labels, categories=tuple(cats))
 
     def encode(self, X, *, unknown: str = "error") -> Ensemble:
@@ -384,12 +238,15 @@ class Ensemble:
             )
         if A.shape[0] == 0:
             raise ValueError("X has no rows")
-        L = labels_to_int(A)
+        L, names = _labels_and_names(A)
         codes = np.full(L.shape, MISSING, dtype=self.codes.dtype, order="F")
         for j in range(self.n_partitions):
             col = L[:, j]
             obs = np.flatnonzero(col >= 0)
             cats = self.categories[j]
+            if cats.dtype == object or (names is not None and names[j] is not None):
+                self._encode_named(codes, col, obs, j, names, unknown)
+                continue
             pos = np.searchsorted(cats, col[obs])
             pos_c = np.minimum(pos, cats.size - 1)
             hit = cats[pos_c] == col[obs]
@@ -403,8 +260,31 @@ class Ensemble:
             codes[obs[hit], j] = pos_c[hit]
         return Ensemble(codes=codes, n_labels=self.n_labels.copy(), categories=self.categories)
 
+    def _encode_named(self, codes, col, obs, j, names, unknown) -> None:
+        """Codes of column ``j`` of new rows where the fitted or the new column holds names
+        (matched by value: the name "3" is not the integer 3)."""
+        values = col if names is None or names[j] is None else None
+        lookup = {v: c for c, v in enumerate(self.categories[j].tolist())}
+        for i in obs:
+            v = int(values[i]) if values is not None else names[j][col[i]]
+            c = lookup.get(v)
+            if c is None:
+                if unknown == "error":
+                    raise ValueError(
+                        f"label {v!r} at row {i}, column {j} was not seen in this column "
+                        "during fit (pass unknown='missing' to treat it as missing)")
+                continue
+            codes[i, j] = c
+
     def decode(self) -> np.ndarray:
-        """The labels in their original values (int64, -1 missing)."""
+        """The labels in their original values (int64, -1 missing; an object array, None
+        missing, when a column holds names)."""
+        if any(c.dtype == object for c in self.categories):
+            out = np.full(self.codes.shape, None, dtype=object)
+            for j, cats in enumerate(self.categories):
+                obs = self.codes[:, j] >= 0
+                out[obs, j] = cats[self.codes[obs, j]]
+            return out
         out = np.full(self.codes.shape, MISSING, dtype=np.int64)
         for j, cats in enumerate(self.categories):
             obs = self.codes[:, j] >= 0

@@ -215,6 +215,14 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         self.lr_decay = lr_decay
         self.verbose = verbose
 
+    def __persistence_restore__(self):
+        """After :func:`consensuskit.io.persistence.load`: rebuild the default guide,
+        stored by description (its parameters are in the saved param store state)."""
+        from consensuskit.io.persistence import DefaultGuide
+
+        if isinstance(self.__dict__.get("guide_"), DefaultGuide):
+            self.guide_ = default_guide(self.model)
+
     # ---------------------------------------------------------------- fitting
     def _kwargs(self, ens):
         return dict(n_labels=[int(k) for k in ens.n_labels], n_clusters=self.n_clusters_,

@@ -86,6 +86,10 @@ def _component_loglik(idx, log_theta):
     return out
 
 
+#: truncations up to this are allowed even above the number of rows (small data sets)
+MAX_TRUNCATION_BELOW_N = 100
+
+
 class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     """Nonparametric Bayesian clustering ensemble: a truncated Dirichlet-process mixture
     of categorical distributions over the base labels of each point.
@@ -267,6 +271,13 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
 
     def _validate(self, ens):
         self._validate_parameters()
+        T = None if self.truncation is None else int(self.truncation)
+        if T is not None and T > max(ens.n_samples, MAX_TRUNCATION_BELOW_N):
+            raise ValueError(
+                f"truncation={T} exceeds the {ens.n_samples} rows (and "
+                f"{MAX_TRUNCATION_BELOW_N}): at most one cluster per row can be occupied, and "
+                f"every sweep and table grows with truncation (T x (N + sum k_j) values); use "
+                f"truncation <= {max(ens.n_samples, MAX_TRUNCATION_BELOW_N)}")
         if self.inference == "vb" and self.prior != "fsd":
             raise ValueError(
                 "inference='vb' is defined for prior='fsd' only (paper section 5.2); "
