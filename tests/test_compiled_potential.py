@@ -93,6 +93,20 @@ def test_build_potential_picks_hand_written_for_mm_and_traces_variants():
                            max_plate_nesting=1).method == "traced"
 
 
+def test_build_potential_traces_the_spec_when_a_sampled_site_is_given():
+    """The MM spec called with a fixed ``pi`` is another model: the hand-written potential
+    (which samples pi and theta) must not be used for it, nor silently ignore ``pi``."""
+    x, kw = _data(2, N=20, M=3)
+    pi = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    fixed = dict(kw, pi=pi)
+    got = build_potential(spec.model, torch.as_tensor(x), fixed, max_plate_nesting=1)
+    assert got.method == "traced"
+    with pytest.raises(ValueError, match="pi"):
+        build_potential(spec.model, torch.as_tensor(x), fixed, method="hand-written")
+    with pytest.raises(ValueError, match="pi"):
+        mm_potential(torch.as_tensor(x), **fixed)
+
+
 def test_compiled_map_svi_reaches_em_optimum():
     """Adam on the compiled MAP loss ends at the MAP point EM finds (the same objective)."""
     import consensuskit as ck
