@@ -11,6 +11,7 @@ from importlib import import_module as _import_module
 
 from consensuskit import _moved
 from consensuskit.data.ensemble import Ensemble, as_ensemble
+from consensuskit.io import numba_cache as _numba_cache
 from consensuskit.models import family as _family
 
 __version__ = "0.1.0"
@@ -50,6 +51,8 @@ _SUBMODULES = {
 }
 
 _moved.install()
+# numba's cache files locked against concurrent writers (patched when numba loads it)
+_numba_cache.install()
 
 __all__ = ["Ensemble", "as_ensemble", "__version__", *_LAZY]
 

@@ -10,6 +10,7 @@ perplexity lives in one place.
 from __future__ import annotations
 
 import numbers
+import weakref
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
@@ -162,19 +163,23 @@ class ConsensusEstimator(ClusterMixin, BaseEstimator):
     def _fit(self, ensemble: Ensemble):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def save(self, path) -> None:
-        """Save this estimator (fitted or not) to ``path``; see
+    def save(self, path, *, allowed=()) -> None:
+        """Save this estimator (fitted or not) to ``path`` in a format that cannot run code
+        when loaded; ``allowed``: user classes/functions it holds (stored by name).  See
         :mod:`consensuskit.io.persistence`."""
         from consensuskit.io.persistence import save
 
-        save(self, path)
+        save(self, path, allowed=allowed)
 
     @classmethod
-    def load(cls, path):
-        """Load an estimator saved with :meth:`save`; checks format version and class."""
+    def load(cls, path, *, trust=False, allowed=()):
+        """Load an estimator saved with :meth:`save`; checks format version and class.
+
+        ``trust=True`` reads a file of the old pickle format (it runs the pickle: only for
+        files you trust); ``allowed``: the user classes/functions the file names."""
         from consensuskit.io.persistence import load
 
-        return load(path, expected_class=cls)
+        return load(path, expected_class=cls, trust=trust, allowed=allowed)
 
     def encode(self, X, unknown: str = "error") -> Ensemble:
         """Rows ``X`` (n, M) coded in the label space learned in ``fit``, as an
@@ -191,6 +196,12 @@ class ConsensusEstimator(ClusterMixin, BaseEstimator):
         return self.ensemble_.encode(X, unknown=unknown)
 
     _encode_new = encode  # the name the estimators use internally
+
+
+#: estimator -> (its labels_ when built, its InferenceData): the cache of
+#: ``GenerativeMixin.inference_data_``, outside the estimator's state so that saving,
+#: pickling and cloning never carry it; an entry goes with its estimator.
+_INFERENCE_DATA = weakref.WeakKeyDictionary()
 
 
 class GenerativeMixin:
@@ -252,25 +263,97 @@ class GenerativeMixin:
         return self._log_likelihood_draws()
 
     def _log_likelihood_draws(self):
-        """Training rows' log-likelihood per posterior draw, (chains, draws, n)."""
+        """Training rows' pointwise log-likelihood per posterior draw, (chains, draws, n):
+        per draw, ``log p(x_i | that draw's global parameters)`` with the row's own local
+        latents summed or integrated out (what PSIS-LOO needs).  Default: the single point
+        estimate (one chain, one draw: no LOO)."""
         ll, _ = self._pointwise_log_likelihood(self.ensemble_)
         return np.asarray(ll, dtype=np.float64)[None, None]
+
+    def _log_likelihood_kind(self) -> str:
+        """What the ``log_likelihood`` group holds (an attribute of that group)."""
+        return "point estimate: log p(x_i | fitted parameters); one draw, no LOO"
 
     def _posterior_for_arviz(self):
         """Posterior draws of the global parameters, site -> (chains, draws, ...)."""
         return getattr(self, "_arviz_posterior", {})
 
-    @property
-    def inference_data_(self):
-        """ArviZ ``InferenceData``: ``posterior`` (where there are draws) and
-        ``log_likelihood`` (variable ``"x"``, dims chain, draw, row) of the training rows."""
-        from sklearn.utils.validation import check_is_fitted
+    def _sample_stats_for_arviz(self):
+        """Sampler statistics, stat -> (chains, draws) (ArviZ's names); {} for none."""
+        return {}
 
+    def _arviz_dims(self) -> dict:
+        """Dimension names (beyond chain, draw) of posterior variables; {} for ArviZ's."""
+        return {}
+
+    def _arviz_group_attrs(self) -> dict:
+        """Attributes of the groups other than ``posterior``, group -> dict."""
+        return {}
+
+    def _build_inference_data(self):
         from consensuskit.inference.arviz_adapter import to_inference_data
 
+        ll = self._log_likelihood_draws()
+        post = self._posterior_for_arviz()
+        extra = self._arviz_group_attrs()
+        attrs = {"log_likelihood": {"kind": self._log_likelihood_kind(),
+                                    **extra.pop("log_likelihood", {})}, **extra}
+        return to_inference_data(post, getattr(self, "_arviz_attrs", None),
+                                 log_likelihood={"x": ll},
+                                 sample_stats=self._sample_stats_for_arviz() or None,
+                                 observed_data={"x": self.ensemble_.codes},
+                                 dims=self._arviz_dims(), group_attrs=attrs)
+
+    @property
+    def inference_data_(self):
+        """ArviZ ``InferenceData`` of the fit, built at the first access and cached.
+
+        Groups: ``posterior`` (every retained draw of every chain where the fit has
+        draws, clusters relabelled consistently across draws), ``log_likelihood``
+        (variable ``"x"``, dims chain, draw, row: :meth:`_log_likelihood_draws`, its
+        ``kind`` attribute says what it holds), ``sample_stats`` (where the sampler has
+        statistics), ``observed_data`` (``"x"``: the training codes (N, M), -1 missing).
+        The cached object is returned as long as the fit is the same (a refit rebuilds it);
+        it is kept outside the estimator's state (not saved, pickled or cloned).
+        """
+        from sklearn.utils.validation import check_is_fitted
+
         check_is_fitted(self, "labels_")
-        return to_inference_data(self._posterior_for_arviz(), getattr(self, "_arviz_attrs", None),
-                                 log_likelihood={"x": self._log_likelihood_draws()})
+        cache = _INFERENCE_DATA.get(self)
+        if cache is not None and cache[0] is self.labels_:
+            return cache[1]
+        idata = self._build_inference_data()
+        _INFERENCE_DATA[self] = (self.labels_, idata)
+        return idata
+
+    def _posterior_predictive_draws(self, rng):
+        """Replicated training labels, one per posterior draw: int (chains, draws, N, M),
+        -1 where the training label is missing."""
+        raise NotImplementedError(
+            f"{type(self).__name__} with this engine has no posterior draws to replicate the "
+            "data from (a point fit); fit with an engine that samples (NUTS, Gibbs)")
+
+    def add_posterior_predictive(self, random_state=None):
+        """Add the ``posterior_predictive`` group to the cached :attr:`inference_data_` (on
+        request: it simulates a replicate of the training rows for every draw) and
+        return it; a second call returns it unchanged.
+
+        Variable ``"x"``, int (chain, draw, row, clustering): for each posterior draw, the
+        training rows' labels simulated from the model at that draw's parameters (and,
+        where the model has them, the row's latent assignment of that draw), with -1 where
+        the training label is missing; for ``az.plot_ppc`` and posterior predictive checks.
+        """
+        from sklearn.utils import check_random_state
+
+        from consensuskit.inference.arviz_adapter import add_group
+
+        idata = self.inference_data_
+        if "posterior_predictive" in idata.groups():
+            return idata
+        x = np.asarray(self._posterior_predictive_draws(check_random_state(random_state)))
+        x = np.where(self.ensemble_.codes[None, None] >= 0, x, -1)
+        return add_group(idata, "posterior_predictive", {"x": x},
+                         dims={"x": ["row", "clustering"]})
 
     def _checked_log_likelihood(self, X, unknown="error"):
         ens = X if isinstance(X, Ensemble) and X is getattr(self, "ensemble_", None) else None

@@ -32,3 +32,22 @@ def bce_reliability(labels=None, *, n_labels, n_clusters, **kw):
         betas.append(rho[j] * beta_j + (1 - rho[j]) * b_j)
     return bce.model(labels, n_labels=n_labels, n_clusters=n_clusters, alpha=alpha,
                      beta=betas, **kw)
+
+
+def mm_hierarchical(labels=None, *, n_labels, n_clusters, **kw):
+    """MM with a learned label concentration: a ~ Gamma(2, 2) shared by every theta_jk, and
+    the mixing weights as a softmax of Normal logits (both handed to the MM spec)."""
+    from consensuskit.models.mm import spec as mm
+
+    a = pyro.sample("label_concentration", dist.Gamma(torch.tensor(2.0), torch.tensor(2.0)))
+    logits = pyro.sample("pi_logits", dist.Normal(torch.zeros(n_clusters), 1.0).to_event(1))
+    return mm.model(labels, n_labels=n_labels, n_clusters=n_clusters, label_prior=a,
+                    pi=torch.softmax(logits, -1), **kw)
+
+
+def bce_alpha_hyperprior_collapsed(labels=None, *, n_labels, n_clusters, **kw):
+    """:func:`bce_alpha_hyperprior` on BCE's collapsed spec (theta_i and z summed out)."""
+    rate = pyro.sample("alpha_rate", dist.Gamma(torch.tensor(2.0), torch.tensor(2.0)))
+    alpha = pyro.sample("alpha", dist.Gamma(torch.full((n_clusters,), 2.0), rate).to_event(1))
+    return bce.model_collapsed(labels, n_labels=n_labels, n_clusters=n_clusters, alpha=alpha,
+                               **kw)

@@ -17,7 +17,8 @@ from consensuskit.data.ensemble import Ensemble
 #: settings used by every reproduction (one restart, as in the papers' single runs)
 SETTINGS = {
     "MM": "consensuskit.MM(K, n_init=1) (MAP-EM, label_prior=1.01)",
-    "BCE": "consensuskit.BCE(K, n_init=1) (variational EM, k-means init on the one-hot labels)",
+    "BCE": ("consensuskit.BCE(K, alpha_estimate='meanfield', n_init=1) (variational EM, "
+            "k-means init on the one-hot labels)"),
     "CSPA": "consensuskit.CSPA(K)",
     "HGPA": "consensuskit.HGPA(K)",
     "MCLA": "consensuskit.MCLA(K)",
@@ -38,7 +39,7 @@ def make_estimator(method, n_clusters, seed):
     if method == "MM":
         return ck.MM(n_clusters, n_init=1, random_state=seed)
     if method == "BCE":
-        return ck.BCE(n_clusters, n_init=1, random_state=seed)
+        return ck.BCE(n_clusters, alpha_estimate="meanfield", n_init=1, random_state=seed)
     if method in ("CSPA", "HGPA", "MCLA", "EAC"):
         return getattr(ck, method)(n_clusters, random_state=seed)
     if method == "PartitionConsensus":

@@ -600,9 +600,11 @@ def _fig7_8(rep, sizes, seed, progress, parts):
                 X, sd = pool[:, cols], seeds(seed, name, "fig7", s, r)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    acc["BCE"].append(_mp(y, BCE(k, n_init=1, random_state=sd).fit(X).labels_))
+                    bce = BCE(k, alpha_estimate="meanfield", n_init=1, random_state=sd)
+                    acc["BCE"].append(_mp(y, bce.fit(X).labels_))
                     for w in wlist:
-                        est = GBCE(k, label_weight=weights[w] * D, feature_weight=1.0, n_init=1,
+                        est = GBCE(k, alpha_estimate="meanfield", label_weight=weights[w] * D,
+                                   feature_weight=1.0, n_init=1,
                                    random_state=sd).fit(X, features=F)
                         acc[f"GBCE u={w}"].append(_mp(y, est.labels_))
             for m in curves:

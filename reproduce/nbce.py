@@ -165,7 +165,8 @@ def _fit_generative(X, K, sizes, seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out["MM"] = _perplexities(MM(K, n_init=1, random_state=seed), Xtr, Xte)
-        out["BCE"] = _perplexities(BCE(K, n_init=1, random_state=seed), Xtr, Xte)
+        bce = BCE(K, alpha_estimate="meanfield", n_init=1, random_state=seed)
+        out["BCE"] = _perplexities(bce, Xtr, Xte)
         nb = _nbce(sizes, seed)
         out["NBCE"] = _perplexities(nb, Xtr, Xte)
     return out, nb, tr

@@ -35,6 +35,19 @@ def _with(value, i=0, j=0, dtype=float):
     return X
 
 
+def _names_with(value, i, j):
+    """GOOD as cluster names ("c0", "c1", ...) with ``value`` at ``(i, j)``."""
+    X = np.array([[f"c{v}" for v in row] for row in GOOD], dtype=object)
+    X[i, j] = value
+    return X
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
 @dataclass
 class Case:
     """One kind of bad input: what is passed, and what the error must say."""
@@ -106,11 +119,39 @@ DATA_CASES = [
         lambda n: _with(1.5, 3, 1),
     ),
     Case(
-        "string",
-        "string labels",
+        "string-nul",
+        "a cluster name with a NUL byte",
         ValueError,
-        r"labels are strings.*row 0, column 0 is .a.",
-        lambda n: np.array([["a", "b", "c"]] * 8),
+        r"row 2, column 1 contains a NUL byte",
+        lambda n: _names_with("b\x00", 2, 1),
+    ),
+    Case(
+        "string-newline",
+        "a cluster name with a line break",
+        ValueError,
+        r"row 3, column 0 contains a line break",
+        lambda n: _names_with("a\nb", 3, 0),
+    ),
+    Case(
+        "string-empty",
+        "an empty string as a cluster name",
+        ValueError,
+        r"row 1, column 2 is the empty string",
+        lambda n: _names_with("", 1, 2),
+    ),
+    Case(
+        "torch-meta",
+        "a torch tensor on the meta device (no values)",
+        ValueError,
+        r"'meta' device",
+        lambda n: _torch().empty(8, 3, device="meta"),
+    ),
+    Case(
+        "memoryview-1d",
+        "a 1-D memoryview",
+        ValueError,
+        r"2-D.*1-D",
+        lambda n: memoryview(np.ascontiguousarray(GOOD[:, 0])),
     ),
     Case(
         "mixed-string",
@@ -462,7 +503,21 @@ CLI_CASES = [
         r"invalid int value: 'two'",
     ),
     ("directory", lambda t: [*FIT, str(t)], r"directory|not a file|Is a directory"),
+    ("latin1", lambda t: [*FIT, _write_bytes(t, b"a,b\n0,1\n1,caf\xe9\n0,1\n")],
+     r"x\.csv: line 3, byte 6 of the line: not UTF-8 text \(byte 0xe9\)"),
+    ("nul-byte", lambda t: [*FIT, _write_bytes(t, b"0,1\n1,0\x00\n0,1\n")],
+     r"line 2 holds a NUL byte"),
+    ("quoted-newline", lambda t: [*FIT, _write(t, '0,1\n1,"a\nb"\n0,1\n1,c\n')],
+     r"line 2, column 2: a quoted field spans several lines"),
+    ("uneven-semicolons", lambda t: [*FIT, _write(t, "0;1\n1;0;2\n0;1\n1;2\n")],
+     r"hold ';' a different number of times"),
 ]
+
+
+def _write_bytes(tmp_path, data, name="x.csv"):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return str(p)
 
 
 @pytest.mark.parametrize("build, match", [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
@@ -474,3 +529,109 @@ def test_cli_bad_input(tmp_path, capsys, build, match):
     assert code != 0
     assert re.search(match, err), err
     assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------- read correctly
+def _same_partitions(a, b):
+    from sklearn.metrics import adjusted_rand_score
+
+    return adjusted_rand_score(a, b) == 1.0
+
+
+@pytest.mark.parametrize("kind", ["names", "pandas-str", "pandas-categorical", "uint64-big",
+                                  "masked", "bfloat16", "memoryview", "object-big-int"])
+def test_labels_as_users_hold_them_are_read_correctly(kind):
+    """Inputs that were refused or silently misread now mean what they say: each gives
+    the same codes as the integer matrix GOOD (missing where the input says missing)."""
+    import pandas as pd
+    import torch
+
+    from consensuskit import Ensemble
+
+    want = GOOD.copy()
+    names = np.array([[f"c{v}" for v in row] for row in GOOD], dtype=object)
+    if kind == "names":
+        X = names.astype(str)
+    elif kind == "pandas-str":
+        X = pd.DataFrame(names, columns=["a", "b", "c"])
+        X.iloc[2, 1] = None
+        want = np.where((np.arange(8)[:, None] == 2) & (np.arange(3) == 1), -1, want)
+    elif kind == "pandas-categorical":
+        X = pd.DataFrame({c: pd.Categorical(names[:, j]) for j, c in enumerate("abc")})
+    elif kind == "uint64-big":
+        X = GOOD.astype(np.uint64) + np.uint64(2**63)
+    elif kind == "masked":
+        X = np.ma.masked_array(GOOD, mask=np.arange(24).reshape(8, 3) == 7)
+        want = np.where(np.arange(24).reshape(8, 3) == 7, -1, want)
+    elif kind == "bfloat16":
+        X = torch.tensor(GOOD, dtype=torch.bfloat16)
+    elif kind == "memoryview":
+        X = memoryview(np.ascontiguousarray(GOOD))
+    else:  # Python ints beyond float64's exact range: not rounded together
+        X = GOOD.astype(object) * (2**60) + 1
+    got = Ensemble.from_labels(X)
+    ref = Ensemble.from_labels(want)
+    np.testing.assert_array_equal(got.codes, ref.codes)
+    if kind == "pandas-str":  # the fit works and predicts the frame's own rows
+        est = make("BCE").fit(X)
+        np.testing.assert_array_equal(est.predict(X), est.labels_)
+        assert list(est.ensemble_.categories[0]) == ["c0", "c1"]
+
+
+def test_named_new_rows_unseen_and_mixed():
+    names = np.array([[f"c{v}" for v in row] for row in GOOD], dtype=object)
+    est = make("MM").fit(names)
+    with pytest.raises(ValueError, match="label 'zz' at row 0, column 1 was not seen"):
+        est.predict(np.array([["c0", "zz", "c5"]], dtype=object))
+    with pytest.raises(ValueError, match="was not seen"):  # the integer 0 is not the name c0
+        est.predict(np.array([[0, "c1", "c5"]], dtype=object))
+    with pytest.raises(ValueError, match="row 4, column 2 is 'x'.*column of numbers"):
+        make("MM").fit(_with("x", 4, 2, dtype=object))
+
+
+# ---------------------------------------------------------------- CLI: read correctly
+@pytest.mark.parametrize("sep", [";", "\t", "|"])
+def test_cli_sniffs_the_separator(tmp_path, capsys, sep):
+    """A ';'- or tab-separated file is read as its columns, not one column of names."""
+    import pandas as pd
+
+    rows = ["a,b,c"] + [",".join(str(v) for v in r) for r in GOOD]
+    comma = _write(tmp_path, "\n".join(rows) + "\n", "comma.csv")
+    other = _write(tmp_path, "\n".join(r.replace(",", sep) for r in rows) + "\n", "o.csv")
+    outs = []
+    for path in (comma, other):
+        out = tmp_path / f"out-{len(outs)}.csv"
+        code, err = _cli(["fit", "--model", "mm", "--n-clusters", "2", path, "-o", str(out)],
+                         capsys)
+        assert code == 0, err
+        outs.append(pd.read_csv(out))
+    assert f"separator {sep!r}" in err
+    pd.testing.assert_frame_equal(outs[0], outs[1])
+
+
+def test_cli_output_is_safe_in_a_spreadsheet(tmp_path, capsys):
+    """Index values that a spreadsheet would run as formulas are written as text."""
+    import pandas as pd
+
+    ids = ['=HYPERLINK("http://x","y")', "+1+1", "@SUM(A1)", "-3", "p4", "=1", "p6", "p7"]
+    lines = ["id,a,b,c"] + [f"{i},{r[0]},{r[1]},{r[2]}" for i, r in zip(ids, GOOD)]
+    path = _write(tmp_path, "\n".join(lines).replace('=HYPERLINK("http://x","y")',
+                                                     '"=HYPERLINK(""http://x"",""y"")"')
+                  + "\n")
+    out = tmp_path / "out.csv"
+    code, err = _cli(["fit", "--model", "mm", "--n-clusters", "2", "--index-col", "id", path,
+                      "-o", str(out)], capsys)
+    assert code == 0, err
+    got = pd.read_csv(out, dtype=str)["id"].tolist()
+    assert got == ["'" + ids[0], "'+1+1", "'@SUM(A1)", "-3", "p4", "'=1", "p6", "p7"]
+
+
+def test_cli_training_perplexity_only_when_asked(tmp_path, capsys):
+    rows = "\n".join(",".join(str(v) for v in r) for r in GOOD) + "\n"
+    path = _write(tmp_path, rows)
+    code, err = _cli(["fit", "--model", "mm", "--n-clusters", "2", path, "-o",
+                      str(tmp_path / "o.csv")], capsys)
+    assert code == 0 and "training perplexity" not in err
+    code, err = _cli(["fit", "--model", "mm", "--n-clusters", "2", "--training-perplexity",
+                      path, "-o", str(tmp_path / "o.csv")], capsys)
+    assert code == 0 and re.search(r"training perplexity \d+\.\d{4}", err), err

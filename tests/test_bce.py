@@ -103,7 +103,8 @@ def test_bound_never_decreases(rng, missing):
         drop[np.arange(X.shape[0]), rng.integers(0, X.shape[1], X.shape[0])] = False
         X = np.where(drop, -1, X)
     for init in ("kmeans", "random"):
-        m = BCE(3, init=init, n_init=1, max_iter=60, tol=0, random_state=1).fit(X)
+        m = BCE(3, alpha_estimate="meanfield", init=init, n_init=1, max_iter=60, tol=0,
+                random_state=1).fit(X)
         lb = np.asarray(m.lower_bounds_)
         assert len(lb) == 60 or m.degenerate_
         assert np.all(np.diff(lb) >= -1e-9 * np.abs(lb[1:])), np.diff(lb).min()
@@ -125,7 +126,7 @@ def test_planted_recovery(rng):
     mean-field estimator is biased (even started at the truth it moves away), so the
     tolerance is not that of an exact MLE."""
     X, alpha, betas = planted(rng, N=2000, M=30, K=3, k=4, a=0.2)
-    m = BCE(3, random_state=0).fit(X)
+    m = BCE(3, alpha_estimate="meanfield", random_state=0).fit(X)
     est = _full_beta(m, 4)
     true = np.concatenate(betas, axis=1)
     cost = np.abs(est[:, None, :] - true[None, :, :]).sum(-1)
@@ -187,7 +188,8 @@ def test_degenerate_detection_restart():
     rng = np.random.default_rng(3)
     X = rng.integers(0, 3, size=(400, 6))
     with pytest.warns(RuntimeWarning, match="degenerate"):
-        m = BCE(3, n_init=2, init="random", random_state=0, max_iter=200).fit(X)
+        m = BCE(3, alpha_estimate="meanfield", n_init=2, init="random", random_state=0,
+                max_iter=200).fit(X)
     assert m.degenerate_ and m.n_degenerate_ == 2
     assert m.alpha_.sum() > 10 * X.shape[1]
 
@@ -279,8 +281,10 @@ def test_degenerate_restarts_are_discarded():
     rng = np.random.default_rng(12345)
     X, _, _ = planted(rng, N=400, M=6)
     tr, te = X[:300], X[300:]
-    r = BCE(3, init="random", n_init=6, random_state=0, max_iter=200).fit(tr)
-    k = BCE(3, init="kmeans", n_init=3, random_state=0, max_iter=200).fit(tr)
+    r = BCE(3, alpha_estimate="meanfield", init="random", n_init=6, random_state=0,
+            max_iter=200).fit(tr)
+    k = BCE(3, alpha_estimate="meanfield", init="kmeans", n_init=3, random_state=0,
+            max_iter=200).fit(tr)
     assert r.n_degenerate_ >= 1 and not r.degenerate_
     assert k.n_degenerate_ == 0
     assert r.alpha_.sum() < 10 * X.shape[1]
@@ -290,6 +294,26 @@ def test_degenerate_restarts_are_discarded():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        d = BCE(3, init="random", n_init=1, random_state=2, max_iter=200).fit(tr)
+        d = BCE(3, alpha_estimate="meanfield", init="random", n_init=1, random_state=2,
+                max_iter=200).fit(tr)
     assert d.degenerate_
     assert d.perplexity(te) > 1.03 * k.perplexity(te)
+
+
+def test_seeded_init_is_a_label_distribution_and_recovers_planted_beta(rng):
+    """init="seeded": beta rows are distributions per column, and the fit from it reaches
+    the planted beta as closely as test_planted_recovery asks of the default init."""
+    X, alpha, betas = planted(rng, N=2000, M=30, K=3, k=4, a=0.2)
+    ens = Ensemble.from_labels(X)
+    b0 = cavi.init_beta_seeded(ens, 3, np.random.RandomState(0))
+    assert b0.shape == (3, ens.n_total_labels) and (b0 > 0).all()
+    for j in range(ens.n_partitions):
+        np.testing.assert_allclose(b0[:, ens.offsets[j]:ens.offsets[j + 1]].sum(1), 1.0)
+    m = BCE(3, init="seeded", alpha_estimate="meanfield", random_state=0).fit(X)
+    est = _full_beta(m, 4)
+    true = np.concatenate(betas, axis=1)
+    cost = np.abs(est[:, None, :] - true[None, :, :]).sum(-1)
+    r, c = linear_sum_assignment(cost)
+    err = np.abs(est[r] - true[c])
+    assert err.mean() < 0.025 and err.max() < 0.1, (err.mean(), err.max())
+    assert m.converged_ and not m.degenerate_

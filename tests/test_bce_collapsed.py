@@ -183,7 +183,8 @@ def test_cavi_importance_sampling_loglik_within_se_of_exact_marginal():
     torch.manual_seed(1)
     X = bce.model_collapsed(None, n_labels=[3, 4, 3, 3, 2], n_clusters=3, n_rows=60).numpy()
     X[::4, 2] = -1
-    est = ck.BCE(3, n_init=1, random_state=0).fit(X)
+    est = ck.BCE(3, alpha_estimate="meanfield", log_likelihood_method="is", n_init=1,
+                 random_state=0).fit(X)
     kw, draws = est.to_spec()
     roles = pointwise.site_roles(bce.model_collapsed, torch.as_tensor(X), kw, 3)
     exact = pointwise.score_rows(bce.model_collapsed, torch.as_tensor(X),

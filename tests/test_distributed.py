@@ -56,7 +56,8 @@ def planted(n=90, m=14, k=K, noise=0.15, missing=0.15, seed=0):
 @pytest.fixture(scope="module")
 def data():
     X, truth = planted()
-    ref = BCE(K, n_init=1, random_state=0, max_iter=N_ITER, tol=0.0).fit(X)
+    ref = BCE(K, alpha_estimate="meanfield", n_init=1, random_state=0, max_iter=N_ITER,
+              tol=0.0).fit(X)
     return X, truth, ref
 
 
@@ -146,7 +147,7 @@ def test_restarts_predict_score_save_load_equal_single_process(data, mode, tmp_p
     # random starts, seed 2: the restarts end 1% apart and the second one wins (k-means
     # starts all reach the same optimum, so the pick would be a tie at 1e-12)
     kw = dict(n_init=2, init="random", random_state=2, max_iter=N_ITER, tol=0.0)
-    ref = BCE(K, n_perplexity_samples=100, **kw).fit(X)
+    ref = BCE(K, alpha_estimate="meanfield", n_perplexity_samples=100, **kw).fit(X)
     fit = fit_distributed(X, K, n_workers=P, mode=mode, timeout=60, **kw)
     fit.set_params(n_perplexity_samples=100)
     assert_same_fit(fit, ref)
@@ -324,7 +325,8 @@ def test_stalled_alpha_steps_counted_and_bound_at_returned_state(data, mode, mon
     X, _, _ = data
     _stalling_alpha(monkeypatch)
     with pytest.warns(RuntimeWarning, match="Newton solve for alpha"):
-        ref = BCE(K, n_init=1, random_state=0, max_iter=N_ITER, tol=0.0).fit(X)
+        ref = BCE(K, alpha_estimate="meanfield", n_init=1, random_state=0, max_iter=N_ITER,
+                  tol=0.0).fit(X)
     with pytest.warns(RuntimeWarning, match="Newton solve for alpha"):
         fit = fit_distributed(X, K, n_workers=P, mode=mode, random_state=0, max_iter=N_ITER,
                               tol=0.0, timeout=60, start_method="fork")
@@ -352,3 +354,144 @@ def test_distributed_normal_fit_reports_no_stalled_alpha_step(data):
     assert fit.n_alpha_steps_rejected_ == ref.n_alpha_steps_rejected_ == 0
     assert fit.lower_bound_ == pytest.approx(ref.lower_bound_, rel=1e-8)
     assert abs(ref.lower_bound_ - ref.lower_bounds_[-1]) > 1e-6 * abs(ref.lower_bound_)
+
+
+# ---------------------------------------------------------------- rendezvous (issue 28)
+def _threads(fns):
+    """Run ``fns`` in threads; their results or exceptions, in order."""
+    import threading
+
+    out = [None] * len(fns)
+
+    def run(i, fn):
+        try:
+            out[i] = fn()
+        except Exception as exc:  # noqa: BLE001 - returned for the test to inspect
+            out[i] = exc
+
+    ths = [threading.Thread(target=run, args=(i, fn)) for i, fn in enumerate(fns)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(30)
+    return out
+
+
+@pytest.fixture
+def store_address():
+    from consensuskit.distributed import rendezvous
+
+    sock = rendezvous.bind_listener("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    server = rendezvous.host_store(sock, 3, 10)
+    yield "127.0.0.1", port
+    del server
+
+
+def _client(address):
+    from consensuskit.distributed import rendezvous
+
+    return rendezvous.connect_store(*address, 10)
+
+
+def test_store_listens_on_the_address_given_only(store_address):
+    import psutil
+
+    port = store_address[1]
+    mine = [c for c in psutil.Process().net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    assert [c.laddr.ip for c in mine] == ["127.0.0.1"]
+
+
+def test_port_in_use_is_a_clear_error(store_address):
+    from consensuskit.distributed import rendezvous
+
+    with pytest.raises(rendezvous.RendezvousError, match=f"port {store_address[1]} on "
+                       "127.0.0.1 is in use"):
+        rendezvous.bind_listener(*store_address)
+
+
+def test_join_checks_world_size_rank_and_token(store_address):
+    from consensuskit.distributed.rendezvous import RendezvousError, join
+
+    # a world of 3 where rank 1 was told the world has 2
+    out = _threads([lambda r=r, ws=ws: join(_client(store_address), r, ws, 3.0)
+                    for r, ws in [(0, 3), (1, 2), (2, 3)]])
+    assert all(isinstance(o, RendezvousError) for o in out), out
+    assert any("world-size mismatch" in str(o) for o in out)
+
+
+@pytest.mark.parametrize("case", ["missing", "duplicate", "token"])
+def test_join_names_the_missing_duplicate_or_foreign_rank(case):
+    import time as time_mod
+
+    from consensuskit.distributed import rendezvous
+    from consensuskit.distributed.rendezvous import RendezvousError, join
+
+    sock = rendezvous.bind_listener("127.0.0.1", 0)
+    address = ("127.0.0.1", sock.getsockname()[1])
+    server = rendezvous.host_store(sock, 2, 10)
+    if case == "missing":
+        t0 = time_mod.monotonic()
+        with pytest.raises(RendezvousError, match=r"rank\(s\) \[1\] of 2 did not join within 1"):
+            join(_client(address), 0, 2, 1.0)
+        assert time_mod.monotonic() - t0 < 5
+    elif case == "duplicate":
+        out = _threads([lambda: join(_client(address), 0, 2, 2.0)] * 2)
+        assert any(isinstance(o, RendezvousError) and "rank 0 was already taken" in str(o)
+                   for o in out), out
+    else:
+        out = _threads([lambda: join(_client(address), 0, 2, 3.0, token=b"a" * 32),
+                        lambda: join(_client(address), 1, 2, 3.0, token=b"b" * 32)])
+        assert all(isinstance(o, RendezvousError) and "does not hold this job's token"
+                   in str(o) for o in out), out
+    del server
+
+
+def test_joined_world_passes():
+    from consensuskit.distributed import rendezvous
+    from consensuskit.distributed.rendezvous import join
+
+    sock = rendezvous.bind_listener("127.0.0.1", 0)
+    address = ("127.0.0.1", sock.getsockname()[1])
+    server = rendezvous.host_store(sock, 3, 10)
+    out = _threads([lambda r=r: join(_client(address), r, 3, 5.0, token=b"t" * 32)
+                    for r in range(3)])
+    assert out == [None, None, None]
+    del server
+
+
+def _left_behind():
+    import psutil
+
+    left = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if "forkserver" in cmd or "resource_tracker" in cmd:
+            continue
+        left.append(p.pid)
+    return left
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [-1, 2], ids=["start-up", "mid-fit"])
+@pytest.mark.parametrize("action", ["stop", "kill"])
+def test_stopped_or_killed_worker_ends_in_a_clear_error_and_nothing_left(data, action, after):
+    import psutil
+
+    X, _, _ = data
+    before = set(_left_behind())
+    t0 = time.monotonic()
+    with pytest.raises(DistributedFitError) as err:
+        fit_distributed(X, K, n_workers=P, mode="row", random_state=0, max_iter=50, tol=0.0,
+                        timeout=5, _fault={"rank": 1, "after_iter": after, "action": action})
+    msg = str(err.value)
+    assert ("stopped (SIGSTOP)" if action == "stop" else "killed by signal 9") in msg, msg
+    assert time.monotonic() - t0 < 60
+    time.sleep(0.5)
+    left = [p for p in set(_left_behind()) - before if psutil.pid_exists(p)
+            and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert left == []

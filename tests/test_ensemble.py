@@ -27,7 +27,7 @@ from consensuskit.data.ensemble import (
         ([[0, -1], [1, -1], [1, -1]], r"column\) 1 has no observed label"),
         (np.array([[0.0, 1.0], [1.0, 2.5]]), r"row 1, column 1 is 2.5, not an integer"),
         ([[0, 1], [1, "a"]], r"row 1, column 1 is 'a'"),
-        (np.array([["a", "b"], ["c", "d"]]), r"strings.*row 0, column 0 is 'a'"),
+        (np.array([["a", "b"], ["c\x00x", "d"]]), r"row 1, column 0 contains a NUL byte"),
         (np.array([[0, 1], [2, "x"]], dtype=object), r"row 1, column 1 is 'x' of type str"),
         (pd.DataFrame({"a": [0, 1], "b": [1, "y"]}), r"row 1, column 1 is 'y'"),
         ([[0, 1], [-3, 0]], r"row 1, column 0 is -3; negative labels"),
@@ -55,7 +55,7 @@ def test_recoding_arbitrary_integers_per_column():
     # column 0: {10, 30} -> {0, 1}; column 1: {2, 7, 100} -> {0, 1, 2}
     np.testing.assert_array_equal(ens.codes, [[0, 1], [-1, 1], [1, 0], [0, 2]])
     np.testing.assert_array_equal(ens.n_labels, [2, 3])
-    assert ens.codes.dtype == np.int64 and ens.codes.flags.f_contiguous
+    assert ens.codes.dtype == np.int8 and ens.codes.flags.f_contiguous  # smallest type
     np.testing.assert_array_equal(ens.decode(), X)
     assert ens.n_observed == 7 and ens.has_missing
 
@@ -232,3 +232,41 @@ def test_sample_pairs_covers_all_pairs_and_rejects_too_many():
     np.testing.assert_array_equal(P, expected)
     with pytest.raises(ValueError, match="only 45 exist"):
         sample_pairs(10, 46)
+
+
+@pytest.mark.parametrize("k, dtype", [(2, np.int8), (128, np.int8), (129, np.int16),
+                                      (40000, np.int32)])
+@pytest.mark.parametrize("source", ["int64", "uint16", "float"])
+def test_codes_stored_in_smallest_integer_type(k, dtype, source):
+    """Codes -1..k-1 take the smallest signed type; same codes from every input type."""
+    rng = np.random.default_rng(k)
+    X = np.stack([rng.permutation(np.arange(k) * 3 + 1), np.arange(k) % 2], axis=1)
+    if source == "uint16" and X.max() > np.iinfo(np.uint16).max:
+        pytest.skip("labels do not fit uint16")
+    Y = X.astype(np.float64 if source == "float" else source)
+    if source != "uint16" and k > 2:  # k = 2: row 0 holds column 1's only label 0
+        Y[0, 1] = -1
+        X = X.copy()
+        X[0, 1] = -1
+    ens = Ensemble.from_labels(Y)
+    assert ens.codes.dtype == dtype and ens.codes.flags.f_contiguous
+    np.testing.assert_array_equal(ens.decode(), X)
+    np.testing.assert_array_equal(ens.n_labels, [k, 2])
+    assert ens.encode(X).codes.dtype == dtype
+
+
+def test_offset_index_and_label_data_from_small_codes_do_not_overflow():
+    """int8 codes with offsets beyond 127: the global index is computed in int64."""
+    rng = np.random.default_rng(0)
+    X = np.stack([rng.permutation(100) for _ in range(3)], axis=1)
+    X[5, 1] = -1
+    ens = Ensemble.from_labels(X)
+    assert ens.codes.dtype == np.int8
+    codes = ens.codes.astype(np.int64)
+    want = np.where(codes >= 0, codes + np.array([0, 100, 199]), -1)  # k = 100, 99, 100
+    assert want.max() == 298
+    np.testing.assert_array_equal(ens.offset_index(), want)
+    data = ens.label_data()
+    np.testing.assert_array_equal(data.idx.numpy().T, np.where(want >= 0, want, 299))
+    np.testing.assert_array_equal(data.mask.numpy().T, (X >= 0).astype(float))
+    np.testing.assert_array_equal(data.n_observed_rows.numpy(), (X >= 0).sum(1))

@@ -122,7 +122,8 @@ def test_compare_paired_difference(split):
     table = ck.compare({"MM": ck.MM(3, random_state=0), "MM2": ck.MM(3, random_state=1),
                         "BCE": ck.BCE(3, n_init=1, random_state=0)}, X, X_test,
                        unknown="missing")
-    for col in ("heldout_perplexity", "heldout_se", "train_perplexity", "n_clusters",
+    for col in ("heldout_perplexity", "heldout_se_rows", "heldout_mcse", "train_perplexity",
+                "n_clusters", "loo_draws", "pareto_k_max", "share_k_above_0.7", "reliable",
                 "fit_seconds", "elpd_diff", "elpd_diff_se"):
         assert col in table.columns
     best = table.index[0]
@@ -155,7 +156,7 @@ def test_user_variants_ranked_by_compare_and_az_compare(split):
         "reliability": ck.PyroConsensus(user_variants.bce_reliability, **hub),
     }, X, X_test, unknown="missing")
     assert len(table) == 5 and np.isfinite(table["heldout_perplexity"]).all()
-    assert (table["heldout_se"][["hyperprior", "reliability"]] > 0).all()
+    assert (table["heldout_mcse"][["hyperprior", "reliability"]] > 0).all()
     assert np.isfinite(table.loc[["NBCE", "hyperprior", "reliability"], "elpd_loo"]).all()
     assert np.isnan(table.loc[["MM", "BCE"], "elpd_loo"]).all()  # point estimates: no LOO
     fits = table.attrs["estimators"]

@@ -122,7 +122,7 @@ def test_private_import_check_can_fail(tmp_path, monkeypatch):
     """The scan above sees a private import across packages (negative control)."""
     probe = PACKAGE / "io" / "label_files.py"
     fake = tmp_path / "probe.py"
-    fake.write_text("from consensuskit.data.ensemble import _to_numpy\n")
+    fake.write_text("from consensuskit.data.label_input import _to_numpy\n")
     monkeypatch.setitem(MODULES, "consensuskit.io.probe", fake)
     assert probe.exists()
     assert any("consensuskit.io.probe" in f for f in _private_imports_across_packages())

@@ -245,3 +245,38 @@ def test_plots(rng):
     fig = fit.plot()
     assert len(fig.axes) == 5  # four panels and a colour bar
     assert fit.plot_item_consensus().axes[0].get_title() == f"item consensus, K={fit.n_clusters_}"
+
+
+def test_sampled_pairs_agree_with_exact_within_their_standard_error(rng):
+    """CDF, area and PAC on sampled pairs vs every pair, on the same resampled partitions."""
+    X, _ = _planted_labels(rng, k=4, n_per=50, m=10, noise=0.35)
+    exact = ResamplingConsensus(n_resamples=20, random_state=0).fit(X)
+    z_area, z_pac = [], []
+    for seed in range(3):
+        est = ResamplingConsensus(n_resamples=20, n_pairs=4000, random_state=seed)
+        est.fit_resamples(exact.resamples_)
+        z_area.append((est.area_ - exact.area_) / est.area_se_)
+        ok = est.pac_se_ > 0
+        z_pac.append((est.pac_ - exact.pac_)[ok] / est.pac_se_[ok])
+        cdf_ok = est.cdf_se_ > 0
+        assert np.all(np.abs(est.cdf_ - exact.cdf_)[cdf_ok] < 5 * est.cdf_se_[cdf_ok])
+        assert est.item_consensus_ is None
+        with pytest.raises(ValueError, match="n_pairs"):
+            est.consensus_matrix()
+    z_area, z_pac = np.concatenate(z_area), np.concatenate(z_pac)
+    assert np.all(np.abs(z_area) < 4) and np.all(np.abs(z_pac) < 4)
+    # the SEs are not vacuous: K = 2 against K = 5's exact statistics is many SEs off
+    wrong = (est.area_[0] - exact.area_[3]) / est.area_se_[0]
+    assert abs(wrong) > 10
+
+
+def test_sampled_pairs_with_estimator_partition(rng):
+    from consensuskit import MM
+
+    X, y = _planted_labels(rng, k=3, n_per=40, m=10)
+    fit = ResamplingConsensus(k_range=(2, 4), n_resamples=10, n_pairs=2000,
+                              clusterer=MM(n_init=1), random_state=0).fit(X)
+    assert fit.n_clusters_ == 3
+    assert adjusted_rand_score(y, fit.labels_) > 0.9
+    assert fit.resamples_[3].dtype == np.int8
+    assert np.all(fit.cluster_consensus_[3] > 0.8)

@@ -183,6 +183,29 @@ def _fit_class(args):
     return class_name, cls
 
 
+#: first characters that make a spreadsheet read a cell as a formula (CSV injection)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(values):
+    """Text cells that a spreadsheet would run as a formula (``=HYPERLINK(...)``, ``+1+1``,
+    ``@SUM``), prefixed with a single quote so they are shown as text; numbers (``-3``)
+    are left as they are.  ``values``: a string or an array of strings."""
+    def one(v):
+        text = str(v)
+        if text.startswith(FORMULA_STARTS):
+            try:
+                float(text)
+                return v
+            except ValueError:
+                return "'" + text
+        return v
+
+    if isinstance(values, str):
+        return one(values)
+    return np.array([one(v) for v in values], dtype=object)
+
+
 def _consensus_table(table, est, ens, train, test, test_codes, test_features):
     """The output table: the label file's index column (if any), ``split`` (with a held-out
     fraction), ``consensus`` and the memberships ``p0 .. p{K-1}`` of every row; held-out
@@ -191,7 +214,7 @@ def _consensus_table(table, est, ens, train, test, test_codes, test_features):
 
     table_out = {}
     if table.index is not None:
-        table_out[table.index_name] = table.index
+        table_out[table.index_name] = csv_safe(table.index)  # no formula reaches a sheet
     labels = np.full(table.codes.shape[0], -1, dtype=np.int64)
     labels[train] = np.asarray(est.labels_, dtype=np.int64)
     member = getattr(est, "membership_", None)
@@ -213,7 +236,9 @@ def _consensus_table(table, est, ens, train, test, test_codes, test_features):
             full[test] = proba
         for k in range(member.shape[1]):
             table_out[f"p{k}"] = full[:, k]
-    return pd.DataFrame(table_out)
+    df = pd.DataFrame(table_out)
+    df.columns = [csv_safe(str(c)) for c in df.columns]
+    return df
 
 
 def _cmd_fit(args, out):
@@ -262,13 +287,16 @@ def _cmd_fit(args, out):
                                   random_state=args.random_state)
     dest = "stdout" if args.output in (None, "-") else args.output
     header = "header on line 1" if table.header else "no header line"
+    sep = "" if table.delimiter == "," else f", separator {table.delimiter!r}"
     named = ", ".join(table.column_label(j) for j in table.recoded)
     recoded = f"; named labels recoded in {named}" if named else ""
     _note(args, f"read {table.codes.shape[0]} rows x {table.codes.shape[1]} base clusterings "
-                f"from {args.labels} ({header}{recoded})")
+                f"from {args.labels} ({header}{recoded}{sep})")
     extra = ""
-    if hasattr(est, "perplexity") and not args.quiet:
-        extra = f", training perplexity {est.perplexity(ens):.4f}"
+    if hasattr(est, "perplexity") and args.training_perplexity:
+        t1 = time.perf_counter()
+        extra = (f", training perplexity {est.perplexity(ens):.4f} "
+                 f"({time.perf_counter() - t1:.2f} s)")
     _note(args, f"{class_name}: fitted on {n_train} rows, "
                 f"{len(np.unique(est.labels_))} consensus clusters{extra} "
                 f"({seconds:.2f} s); wrote {dest}")
@@ -401,6 +429,9 @@ def _build_parser(model=None):
                             "report their perplexity ± SE")
     where.add_argument("--heldout", metavar="FILE", default=None,
                        help="a second label file, same columns: report its perplexity ± SE")
+    fit.add_argument("--training-perplexity", action="store_true",
+                     help="also report the training perplexity (a generative model's score "
+                          "of every training row: can take as long as the fit, or longer)")
     held.add_argument("--unknown-labels", choices=("error", "missing"), default="error",
                       help="a held-out label that training never showed: an error (default) "
                            "or counted as missing")

@@ -49,6 +49,20 @@ def _family_step(family):
     return step
 
 
+def _mm_potential():
+    """MM's hand-written potential and gradient (NUTS / MAP-SVI on the spec), for the
+    label integer types an Ensemble stores (compiled once per type)."""
+    from consensuskit.models.mm.potential import mm_potential
+
+    X = _labels()
+    for dtype in (np.int8, np.int16, np.int32, np.int64):
+        pot = mm_potential(X.astype(dtype), n_labels=[int(c.max()) + 1 for c in X.T],
+                           n_clusters=3)
+        params = pot.init(np.random.default_rng(0))
+        pot(params)
+        pot.map_value_and_grad(*[params[k] for k in pot.names])
+
+
 def _posterior_step():
     """Compile the partition-posterior kernels (SALSO search and losses)."""
     from consensuskit.posterior.warmup import warm_up as posterior_warm_up
@@ -56,9 +70,10 @@ def _posterior_step():
     posterior_warm_up()
 
 
-#: Steps of the numba modules that belong to no model family.
+#: Steps of the numba modules that no family's estimator fit compiles.
 OTHER_STEPS = [
     ("Partition posterior search", _posterior_step, ("consensuskit.posterior._kernels",)),
+    ("MM potential for NUTS", _mm_potential, ("consensuskit.models.mm.potential",)),
 ]
 
 

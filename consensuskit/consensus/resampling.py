@@ -32,7 +32,7 @@ from sklearn.utils import check_random_state
 
 from consensuskit.base import ConsensusEstimator, check_n_clusters, check_positive_int
 from consensuskit.consensus.coassociation import condensed_coassociation_distance
-from consensuskit.data.ensemble import Ensemble, as_ensemble
+from consensuskit.data.ensemble import Ensemble, as_ensemble, code_dtype, sample_pairs
 
 __all__ = [
     "ResamplingConsensus",
@@ -292,11 +292,24 @@ class ResamplingConsensus(ConsensusEstimator):
     random_state : None, int or RandomState
     progress : bool, default False
         Show a progress bar over the subsamples.
+    n_pairs : int or None, default None
+        None: the statistics use every pair (the exact consensus matrix, memory
+        ``n(n-1)/2`` floats per K).  An int: they are estimated on ``n_pairs`` pairs
+        drawn uniformly without replacement (:func:`~consensuskit.data.ensemble.sample_pairs`,
+        memory O(n_pairs + n * n_resamples)), with standard errors ``cdf_se_``,
+        ``area_se_`` and ``pac_se_`` (each statistic is a mean over pairs; SE = the
+        pairs' standard deviation / sqrt(n_pairs)).  For large n (beyond
+        ``DENSE_COASSOCIATION_LIMIT`` = 20,000) also give ``clusterer`` as a consensus
+        estimator (e.g. ``MM(n_init=1)``): average-linkage trees need every pair.  Then
+        each K's partition is that estimator refitted on the K resampled partitions
+        (an ensemble with the items not drawn missing), ``cluster_consensus_`` is
+        estimated on the sampled pairs inside each cluster, and ``item_consensus_``
+        and :meth:`consensus_matrix` are not available.
 
     Attributes
     ----------
     ks_ : (n_k,) candidate K
-    resamples_ : dict K -> (n, n_resamples) int64 labels, -1 where not drawn
+    resamples_ : dict K -> (n, n_resamples) integer labels (smallest type), -1 where not drawn
     area_, delta_area_, pac_ : (n_k,) per-K statistics
     cdf_ : (n_k, 100) consensus CDFs on the grid ``cdf_edges_[1:]``
     labels_by_k_ : dict K -> (n,) consensus partition
@@ -306,17 +319,19 @@ class ResamplingConsensus(ConsensusEstimator):
 
     Notes
     -----
-    Memory: the condensed consensus of every K is kept (n(n-1)/2 floats each,
-    e.g. 7 x 100 MB at n = 5,000), and each subsample builds its own distance
-    matrix; meant for up to a few thousand items (the automatic choice of K
-    for other estimators subsamples 1,000).
+    Memory (exact, ``n_pairs=None``): the condensed consensus of every K is kept
+    (n(n-1)/2 floats each, e.g. 7 x 100 MB at n = 5,000), and each subsample builds its
+    own distance matrix; meant for up to a few thousand items (the automatic choice of
+    K for other estimators subsamples 1,000).  With ``n_pairs`` and an estimator as
+    ``clusterer`` nothing grows with n^2: the resampled labels (n x n_resamples per K, in
+    the smallest integer type) and the sampled pairs.
     """
 
     def __init__(self, n_clusters=None, *, k_range=(2, 8), n_resamples=100, item_fraction=0.8,
                  feature_fraction=1.0, data="labels", clusterer="hierarchical",
                  linkage="average", final_linkage="average", metric="euclidean",
                  criterion="pac", pac_interval=(0.1, 0.9), min_delta=0.1, random_state=None,
-                 progress=False):
+                 progress=False, n_pairs=None):
         self.n_clusters = n_clusters
         self.k_range = k_range
         self.n_resamples = n_resamples
@@ -332,6 +347,7 @@ class ResamplingConsensus(ConsensusEstimator):
         self.min_delta = min_delta
         self.random_state = random_state
         self.progress = progress
+        self.n_pairs = n_pairs
 
     # -- fitting ---------------------------------------------------------------------
     def fit(self, X, y=None):
@@ -384,6 +400,8 @@ class ResamplingConsensus(ConsensusEstimator):
         if self.data == "features" and self.metric not in _METRICS:
             raise ValueError(f"metric must be one of {_METRICS}; got {self.metric!r}")
         check_positive_int(self.n_resamples, "n_resamples")
+        if self.n_pairs is not None:
+            check_positive_int(self.n_pairs, "n_pairs")
         return ks, m
 
     def _fit_source(self, source, n: int):
@@ -391,7 +409,8 @@ class ResamplingConsensus(ConsensusEstimator):
         rs = check_random_state(self.random_state)
         draw = self._partitioner(source, ks, rs)
         H = self.n_resamples
-        resamples = {k: np.full((n, H), -1, dtype=np.int64) for k in ks}
+        small = code_dtype([max(ks)])  # labels 0..K-1 and -1
+        resamples = {k: np.full((n, H), -1, dtype=small) for k in ks}
         it = range(H)
         if self.progress:
             from tqdm.auto import tqdm
@@ -494,7 +513,12 @@ class ResamplingConsensus(ConsensusEstimator):
         ks = sorted(int(k) for k in resamples)
         lower, upper = self.pac_interval
         self.ks_ = np.asarray(ks)
-        self.resamples_ = {k: np.asarray(resamples[k], dtype=np.int64) for k in ks}
+        self.resamples_ = {k: np.asarray(resamples[k]) for k in ks}
+        for k in ks:
+            if self.resamples_[k].dtype.kind not in "iu":
+                self.resamples_[k] = self.resamples_[k].astype(np.int64)
+        if self.n_pairs is not None:
+            return self._fit_resamples_sampled(ks)
         areas, pacs, cdfs = [], [], []
         self.labels_by_k_, self.cluster_consensus_, self.item_consensus_ = {}, {}, {}
         self.consensus_ = {}
@@ -524,11 +548,92 @@ class ResamplingConsensus(ConsensusEstimator):
         self.labels_ = self.labels_by_k_[self.n_clusters_]
         return self
 
+    def _fit_resamples_sampled(self, ks):
+        """Statistics on ``n_pairs`` sampled pairs, with their standard errors."""
+        from sklearn.base import clone
+
+        n = next(iter(self.resamples_.values())).shape[0]
+        total = n * (n - 1) // 2
+        P = min(int(self.n_pairs), total)
+        rs = check_random_state(self.random_state)
+        pairs = sample_pairs(n, P, rs)
+        lower, upper = self.pac_interval
+        edges = np.arange(CDF_BREAKS + 1) * (1.0 / CDF_BREAKS)
+        fuzz = 1e-7 / CDF_BREAKS
+        areas, area_se, pacs, pac_se, cdfs, cdf_se = [], [], [], [], [], []
+        self.labels_by_k_, self.cluster_consensus_ = {}, {}
+        self.item_consensus_ = None
+        self.pairs_ = pairs
+        self.pair_consensus_ = {}
+        for k in ks:
+            ens = Ensemble.from_labels(self.resamples_[k], allow_missing_rows=True)
+            c, nn = ens.coassociation(pairs)
+            cons = np.where(nn > 0, c / np.maximum(nn, 1), 0.0)
+            self.pair_consensus_[k] = cons
+            _, cdf = consensus_cdf(cons)
+            cdfs.append(cdf)
+            cdf_se.append(np.sqrt(cdf * (1 - cdf) / P))
+            # area = mean over pairs of g(v) = (number of edges at or above v) / breaks
+            g = (CDF_BREAKS - np.searchsorted(edges[1:] + fuzz, cons, side="left")) / CDF_BREAKS
+            areas.append(float(g.mean()))
+            area_se.append(float(g.std(ddof=1) / np.sqrt(P)) if P > 1 else np.nan)
+            amb = (cons > lower) & (cons <= upper)
+            pacs.append(float(amb.mean()))
+            pac_se.append(float(amb.std(ddof=1) / np.sqrt(P)) if P > 1 else np.nan)
+            lab = self._sampled_partition(clone, k)
+            self.labels_by_k_[k] = lab
+            same = lab[pairs[:, 0]] == lab[pairs[:, 1]]
+            cc = np.full(k, np.nan)
+            for c_ in range(k):
+                inside = same & (lab[pairs[:, 0]] == c_)
+                if inside.any():
+                    cc[c_] = cons[inside].mean()
+            self.cluster_consensus_[k] = cc
+        self.cdf_edges_ = edges
+        self.cdf_ = np.asarray(cdfs)
+        self.cdf_se_ = np.asarray(cdf_se)
+        self.area_ = np.asarray(areas)
+        self.area_se_ = np.asarray(area_se)
+        self.delta_area_ = delta_area(areas)
+        self.pac_ = np.asarray(pacs)
+        self.pac_se_ = np.asarray(pac_se)
+        self.consensus_ = None
+        if self.n_clusters is None:
+            self.n_clusters_ = choose_k(ks, pac=self.pac_, delta=self.delta_area_,
+                                        criterion=self.criterion, min_delta=self.min_delta)
+        else:
+            self.n_clusters_ = int(self.n_clusters)
+        self.labels_ = self.labels_by_k_[self.n_clusters_]
+        return self
+
+    def _sampled_partition(self, clone, k):
+        """Each K's partition without the n x n consensus: the clusterer estimator refitted
+        on the K resampled partitions, or (small n) average linkage as in the exact mode."""
+        R = self.resamples_[k]
+        if not isinstance(self.clusterer, str):
+            est = clone(self.clusterer).set_params(n_clusters=k)
+            if "random_state" in est.get_params():
+                est.set_params(random_state=self.random_state)
+            labelled = (R >= 0).any(axis=1)
+            lab = np.full(R.shape[0], -1, dtype=np.int64)
+            lab[labelled] = est.fit(R[labelled]).labels_
+            if not labelled.all():
+                raise ValueError(f"{int((~labelled).sum())} item(s) were drawn by no "
+                                 "subsample: raise n_resamples or item_fraction")
+            return lab
+        from scipy.cluster.hierarchy import linkage
+
+        dist = condensed_coassociation_distance(Ensemble.from_labels(R, allow_missing_rows=True))
+        return cut_tree_labels(linkage(dist, method=self.final_linkage), [k])[k]
+
     # -- results ---------------------------------------------------------------------
     def consensus_matrix(self, k=None) -> np.ndarray:
         """The (n, n) consensus matrix at ``k`` (default: the chosen K), diagonal 1."""
         from scipy.spatial.distance import squareform
 
+        if self.consensus_ is None:
+            raise ValueError("fitted with n_pairs: only the sampled pairs' consensus is kept "
+                             "(pairs_, pair_consensus_)")
         k = self.n_clusters_ if k is None else int(k)
         C = squareform(self.consensus_[k], checks=False)
         np.fill_diagonal(C, 1.0)

@@ -18,14 +18,16 @@ the models need:
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
+from consensuskit.data.label_input import _labels_and_names, _to_numpy
+
 __all__ = [
-    "Ensemble", "LabelData", "as_ensemble", "sample_pairs", "MISSING", "DENSE_COASSOCIATION_LIMIT",
+    "Ensemble", "LabelData", "as_ensemble", "sample_pairs", "code_dtype", "MISSING",
+    "DENSE_COASSOCIATION_LIMIT",
 ]
 
 #: Code of a missing label in :attr:`Ensemble.codes`.
@@ -34,153 +36,75 @@ MISSING = -1
 DENSE_COASSOCIATION_LIMIT = 20_000
 
 
-def _to_numpy(X) -> np.ndarray:
-    """Turn numpy / torch / pandas / nested-list input into a numpy array."""
-    if isinstance(X, Ensemble):
-        raise TypeError("already an Ensemble")
-    if sp.issparse(X):
-        raise TypeError(
-            "sparse input is not supported: pass the label matrix as a dense array "
-            "(missing labels as -1 or NaN)"
-        )
-    if X is None or isinstance(X, (dict, set, frozenset)):
-        raise TypeError(
-            "labels must be a 2-D array-like of shape (n_samples, n_partitions); "
-            f"got {type(X).__name__}"
-        )
-    try:  # torch without importing it eagerly
-        import torch
-
-        if isinstance(X, torch.Tensor):
-            return X.detach().cpu().numpy()
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
-    if hasattr(X, "to_numpy") and hasattr(X, "columns"):  # pandas DataFrame
-        return X.to_numpy(dtype=object, na_value=np.nan) if _has_pandas_na(X) else X.to_numpy()
-    if isinstance(X, (str, bytes)) or np.isscalar(X):
-        raise ValueError(
-            "labels must be a 2-D array-like of shape (n_samples, n_partitions); got a scalar"
-        )
-    if _is_ragged_or_mixed(X):
-        _check_not_ragged(X)
-        return np.asarray(X, dtype=object)
-    return np.asarray(X)
+def code_dtype(n_labels) -> np.dtype:
+    """Smallest signed integer type holding codes ``-1..max(n_labels)-1`` (int8 up to 128
+    labels per column): the type :attr:`Ensemble.codes` is stored in."""
+    top = int(np.max(n_labels)) - 1 if np.size(n_labels) else 0
+    for t in (np.int8, np.int16, np.int32):
+        if top <= np.iinfo(t).max:
+            return np.dtype(t)
+    return np.dtype(np.int64)
 
 
-def _check_not_ragged(X) -> None:
-    """Raise if a nested sequence has rows of different lengths (numpy would make it 1-D)."""
-    try:
-        lengths = [len(row) for row in X]
-    except TypeError:  # some rows are scalars
-        lengths = [len(row) if hasattr(row, "__len__") and not isinstance(row, str) else None
-                   for row in X]
-    if len(set(lengths)) > 1:
-        first = lengths[0]
-        i = next(i for i, n in enumerate(lengths) if n != first)
-        raise ValueError(
-            f"labels are ragged: row 0 has {first} entries but row {i} has {lengths[i]}; "
-            "every row needs one label per base clustering"
-        )
+def _code_integer_columns(A: np.ndarray):
+    """Re-code an integer (N, M) array one column at a time (no (N, M) int64 copy).
 
-
-def _has_pandas_na(df) -> bool:
-    return any(str(t) in {"Int64", "Int32", "Int16", "Int8", "object"} for t in df.dtypes)
-
-
-def _is_ragged_or_mixed(X) -> bool:
-    if isinstance(X, np.ndarray):
-        return False
-    try:
-        np.asarray(X)
-    except (ValueError, TypeError):
-        return True
-    return False
-
-
-def _is_missing_scalar(v) -> bool:
-    if v is None:
-        return True
-    if isinstance(v, float) and np.isnan(v):
-        return True
-    try:
-        import pandas as pd
-
-        return v is pd.NA or v is pd.NaT
-    except ImportError:  # pragma: no cover
-        return False
-
-
-def _object_to_float(A: np.ndarray) -> np.ndarray:
-    """Convert an object array of labels to float64 (NaN = missing), refusing strings."""
-    out = np.empty(A.shape, dtype=np.float64)
-    for (i, j), v in np.ndenumerate(A):
-        if _is_missing_scalar(v):
-            out[i, j] = np.nan
-        elif isinstance(v, (bool, np.bool_)):
-            out[i, j] = float(v)
-        elif isinstance(v, numbers.Real):
-            out[i, j] = float(v)
-        elif not isinstance(v, (str, bytes, np.str_, np.bytes_, numbers.Number)):
-            raise TypeError(
-                f"label at row {i}, column {j} is {v!r} of type {type(v).__name__}: the "
-                "argument must be an integer, not a string or an object (labels are "
-                "integer numbers; missing: -1, NaN or None)"
-            )
+    Returns ``(codes, n_labels, categories)`` with ``codes`` Fortran-ordered in
+    :func:`code_dtype`; raises like :func:`labels_to_int` on labels below -1.
+    Peak extra memory: the codes plus a few columns' temporaries.
+    """
+    N, M = A.shape
+    cats = []
+    n_labels = np.empty(M, dtype=np.int64)
+    # pass 1: the categories of every column (needed for the codes' type)
+    for j in range(M):
+        col = A[:, j]
+        if A.dtype.kind == "i":
+            bad = col < -1
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(
+                    f"label at row {i}, column {j} is {col[i]}; negative labels are not "
+                    "allowed except -1, which marks a missing label")
+            obs = col >= 0
         else:
-            raise ValueError(
-                f"label at row {i}, column {j} is {v!r} of type {type(v).__name__}; "
-                "labels must be integers (missing: -1, NaN or None)"
-            )
-    return out
+            obs = None
+        vals = col if obs is None else col[obs]
+        uniq = np.unique(vals).astype(np.int64)
+        cats.append(uniq)
+        n_labels[j] = uniq.size
+    dtype = code_dtype(n_labels)
+    codes = np.empty((N, M), dtype=dtype, order="F")
+    for j in range(M):
+        col = A[:, j]
+        uniq = cats[j]
+        if A.dtype.kind == "i":
+            obs = col >= 0
+            pos = np.searchsorted(uniq, col).astype(dtype, copy=False)
+            codes[:, j] = np.where(obs, pos, dtype.type(MISSING))
+        else:
+            codes[:, j] = np.searchsorted(uniq, col)
+    return codes, n_labels, tuple(cats)
 
 
-def labels_to_int(A: np.ndarray) -> np.ndarray:
-    """Validate a 2-D label array and return int64 labels with -1 for missing."""
-    if A.dtype == object:
-        A = _object_to_float(A)
-    if A.dtype.kind in "US":
-        # name the first entry that is not even an integer written as text
-        where = (0, 0)
-        for (i, j), v in np.ndenumerate(A):
-            try:
-                int(v)
-            except ValueError:
-                where = (i, j)
-                break
-        i, j = where
+def _check_observed(codes: np.ndarray, allow_missing_rows: bool) -> None:
+    """Raise on a column (always) or a row (unless allowed) with no observed label."""
+    empty_cols = [j for j in range(codes.shape[1]) if not (codes[:, j] >= 0).any()]
+    if empty_cols:
         raise ValueError(
-            f"labels are strings (dtype {A.dtype}): label at row {i}, column {j} is "
-            f"{str(A[i, j])!r}; labels must be integers (missing: -1 or NaN)"
+            f"base clustering (column) {empty_cols[0]} has no observed label "
+            f"({len(empty_cols)} such column(s)); remove it"
         )
-    if A.dtype.kind == "b":
-        return A.astype(np.int64)
-    if A.dtype.kind in "iu":
-        L = A.astype(np.int64)
-    elif A.dtype.kind == "f":
-        finite = np.isfinite(A)
-        inf = np.isinf(A)
-        if inf.any():
-            i, j = np.argwhere(inf)[0]
-            raise ValueError(f"label at row {i}, column {j} is infinite")
-        frac = finite & (A != np.round(A))
-        if frac.any():
-            i, j = np.argwhere(frac)[0]
+    if not allow_missing_rows:
+        seen = np.zeros(codes.shape[0], dtype=bool)
+        for j in range(codes.shape[1]):
+            seen |= codes[:, j] >= 0
+        if not seen.all():
+            empty_rows = np.flatnonzero(~seen)
             raise ValueError(
-                f"label at row {i}, column {j} is {float(A[i, j])!r}, not an integer; "
-                "labels must be integer-valued (missing: -1 or NaN)"
+                f"row {empty_rows[0]} has no observed label in any base clustering "
+                f"({empty_rows.size} such row(s)); remove it or give it a label"
             )
-        L = np.where(finite, A, -1).astype(np.int64)
-    else:
-        what = "Complex data not supported: " if A.dtype.kind == "c" else ""
-        raise ValueError(f"{what}labels must be integers; got dtype {A.dtype}")
-    bad = L < -1
-    if bad.any():
-        i, j = np.argwhere(bad)[0]
-        raise ValueError(
-            f"label at row {i}, column {j} is {L[i, j]}; negative labels are not allowed "
-            "except -1, which marks a missing label"
-        )
-    return L
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,10 +115,13 @@ class Ensemble:
 
     Attributes
     ----------
-    codes : ndarray of int64, shape (n_samples, n_partitions)
+    codes : ndarray of signed integers, shape (n_samples, n_partitions)
         Label of point ``i`` in base clustering ``j``, re-coded to
-        ``0..n_labels[j]-1``; ``-1`` where missing.  Stored column-major
-        (Fortran order) so that each base clustering is contiguous over N.
+        ``0..n_labels[j]-1``; ``-1`` where missing.  Stored once, in the smallest
+        signed integer type that holds the codes (:func:`code_dtype`: int8 up to 128
+        labels per column), column-major (Fortran order) so that each base clustering
+        is contiguous over N.  Cast (``codes.astype(np.int64)``) where an int64 copy is
+        needed.
     n_labels : ndarray of int64, shape (n_partitions,)
         Number of distinct labels ``k_j`` of each base clustering.
     categories : tuple of ndarray
@@ -252,7 +179,12 @@ class Ensemble:
             raise ValueError(
                 f"labels are empty: {what}; need at least one sample and one base clustering"
             )
-        L = labels_to_int(A)
+        if A.dtype.kind in "iu" and A.dtype != np.uint64:
+            # integer input: re-coded a column at a time, no (N, M) int64 copy
+            codes, n_labels, cats = _code_integer_columns(A)
+            _check_observed(codes, allow_missing_rows)
+            return cls(codes=codes, n_labels=n_labels, categories=cats)
+        L, names = _labels_and_names(A)
         observed = L >= 0
         empty_cols = np.flatnonzero(~observed.any(axis=0))
         if empty_cols.size:
@@ -268,16 +200,18 @@ class Ensemble:
                     f"({empty_rows.size} such row(s)); remove it or give it a label"
                 )
         N, M = L.shape
-        codes = np.full((N, M), MISSING, dtype=np.int64, order="F")
-        cats = []
+        cats, uniqs = [], []
         n_labels = np.empty(M, dtype=np.int64)
         for j in range(M):
-            col = L[:, j]
-            obs = col >= 0
-            uniq, inv = np.unique(col[obs], return_inverse=True)
-            codes[obs, j] = inv
-            cats.append(uniq)
+            uniq = np.unique(L[L[:, j] >= 0, j])
+            uniqs.append(uniq)
+            # a column of names holds their codes in L; its categories are the names
+            cats.append(uniq if names is None or names[j] is None else names[j][uniq])
             n_labels[j] = uniq.size
+        codes = np.full((N, M), MISSING, dtype=code_dtype(n_labels), order="F")
+        for j in range(M):
+            obs = L[:, j] >= 0
+            codes[obs, j] = np.searchsorted(uniqs[j], L[obs, j])
         return cls(codes=codes, n_labels=n_labels, categories=tuple(cats))
 
     def encode(self, X, *, unknown: str = "error") -> Ensemble:
@@ -304,12 +238,15 @@ class Ensemble:
             )
         if A.shape[0] == 0:
             raise ValueError("X has no rows")
-        L = labels_to_int(A)
-        codes = np.full(L.shape, MISSING, dtype=np.int64, order="F")
+        L, names = _labels_and_names(A)
+        codes = np.full(L.shape, MISSING, dtype=self.codes.dtype, order="F")
         for j in range(self.n_partitions):
             col = L[:, j]
             obs = np.flatnonzero(col >= 0)
             cats = self.categories[j]
+            if cats.dtype == object or (names is not None and names[j] is not None):
+                self._encode_named(codes, col, obs, j, names, unknown)
+                continue
             pos = np.searchsorted(cats, col[obs])
             pos_c = np.minimum(pos, cats.size - 1)
             hit = cats[pos_c] == col[obs]
@@ -323,8 +260,31 @@ class Ensemble:
             codes[obs[hit], j] = pos_c[hit]
         return Ensemble(codes=codes, n_labels=self.n_labels.copy(), categories=self.categories)
 
+    def _encode_named(self, codes, col, obs, j, names, unknown) -> None:
+        """Codes of column ``j`` of new rows where the fitted or the new column holds names
+        (matched by value: the name "3" is not the integer 3)."""
+        values = col if names is None or names[j] is None else None
+        lookup = {v: c for c, v in enumerate(self.categories[j].tolist())}
+        for i in obs:
+            v = int(values[i]) if values is not None else names[j][col[i]]
+            c = lookup.get(v)
+            if c is None:
+                if unknown == "error":
+                    raise ValueError(
+                        f"label {v!r} at row {i}, column {j} was not seen in this column "
+                        "during fit (pass unknown='missing' to treat it as missing)")
+                continue
+            codes[i, j] = c
+
     def decode(self) -> np.ndarray:
-        """The labels in their original values (int64, -1 missing)."""
+        """The labels in their original values (int64, -1 missing; an object array, None
+        missing, when a column holds names)."""
+        if any(c.dtype == object for c in self.categories):
+            out = np.full(self.codes.shape, None, dtype=object)
+            for j, cats in enumerate(self.categories):
+                obs = self.codes[:, j] >= 0
+                out[obs, j] = cats[self.codes[obs, j]]
+            return out
         out = np.full(self.codes.shape, MISSING, dtype=np.int64)
         for j, cats in enumerate(self.categories):
             obs = self.codes[:, j] >= 0
@@ -395,8 +355,12 @@ class Ensemble:
         This is the KCC paper's ``binIDX``: O(N*M) memory instead of the
         ``N x sum_j k_j`` binary matrix.
         """
-        idx = self.codes + self.offsets[:-1][None, :]
-        return np.where(self.codes >= 0, idx, MISSING)
+        out = np.empty(self.codes.shape, dtype=np.int64, order="F")
+        for j, off in enumerate(self.offsets[:-1]):  # a column at a time: no temporaries
+            col = self.codes[:, j]
+            np.add(col, np.int64(off), out=out[:, j])  # int64 arithmetic
+            out[col < 0, j] = MISSING
+        return out
 
     def label_data(self, device="cpu", dtype=None) -> LabelData:
         """The labels laid out for the engines (built once per device and dtype, cached).
@@ -584,14 +548,25 @@ class LabelData:
 
         dtype = torch.float64 if dtype is None else dtype
         L = ensemble.n_total_labels
-        gidx = ensemble.offset_index()
-        gidx = np.where(gidx >= 0, gidx, L)
-        idx = torch.as_tensor(np.ascontiguousarray(gidx.T), device=device)
-        obs = ensemble.codes >= 0
-        mask = None
-        if not obs.all():
-            mask = torch.as_tensor(np.ascontiguousarray(obs.T), device=device, dtype=dtype)
-        V = torch.as_tensor(obs.sum(axis=1), device=device, dtype=dtype)
+        codes = ensemble.codes
+        N, M = codes.shape
+        # filled a column at a time: no (N, M) temporaries beside the two results
+        gidx = np.empty((M, N), dtype=np.int64)
+        counts = np.zeros(N, dtype=np.int32)
+        missing = ensemble.has_missing
+        mask_np = np.empty((M, N), dtype=torch.empty(0, dtype=dtype).numpy().dtype) \
+            if missing else None
+        for j, off in enumerate(ensemble.offsets[:-1]):
+            col = codes[:, j]
+            obs = col >= 0
+            np.add(col, np.int64(off), out=gidx[j])
+            gidx[j, ~obs] = L
+            counts += obs
+            if missing:
+                mask_np[j] = obs
+        idx = torch.as_tensor(gidx, device=device)
+        mask = None if mask_np is None else torch.as_tensor(mask_np, device=device)
+        V = torch.as_tensor(counts, device=device, dtype=dtype)
         return cls(idx=idx, mask=mask, n_observed_rows=V, offsets=ensemble.offsets,
                    n_labels=np.asarray(ensemble.n_labels))
 

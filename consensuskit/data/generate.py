@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 from sklearn.utils import check_random_state
 
-from consensuskit.data.ensemble import _to_numpy, labels_to_int
+from consensuskit.data.label_input import _to_numpy, labels_to_int
 
 __all__ = [
     "kmeans_partitions",

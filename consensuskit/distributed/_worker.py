@@ -22,6 +22,7 @@ from consensuskit.data.ensemble import Ensemble
 from consensuskit.distributed import column, row
 from consensuskit.distributed.comm import CommError, TorchComm
 from consensuskit.distributed.common import EMConfig, WorkerResult
+from consensuskit.distributed.rendezvous import RendezvousError, connect_store, join
 from consensuskit.models.bce import cavi
 
 __all__ = ["run_rank", "worker_main", "column_ensemble", "beta_columns"]
@@ -78,14 +79,34 @@ def run_rank(comm, mode: str, ensemble: Ensemble, cfg: EMConfig, alpha0, beta0s,
     return out
 
 
-def worker_main(rank, world_size, init_method, timeout, n_threads, job, results):
-    """Entry point of a locally spawned worker process."""
+def init_group(store, rank: int, world_size: int, timeout: float, token=None) -> None:
+    """Join the world on ``store`` (checked, see :func:`rendezvous.join`), then start the
+    gloo process group on a prefixed view of the same store."""
+    hook = _START_HOOK.get("hook")
+    if hook is not None:
+        hook(rank, -1)  # fault injection at start-up (tests and experiments)
+    join(store, rank, world_size, timeout, token)
+    dist.init_process_group("gloo", store=dist.PrefixStore("consensuskit/pg", store),
+                            rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout))
+
+
+_START_HOOK: dict = {}
+
+
+def worker_main(rank, world_size, address, timeout, n_threads, job, results):
+    """Entry point of a locally spawned worker process.
+
+    ``address`` is ``(host, port, token)`` of the store the launcher hosts."""
     t_entered = time.time()
     torch.set_num_threads(n_threads)
+    host, port, token = address
+    if host in ("127.0.0.1", "localhost", "::1"):
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's own sockets on loopback too
     try:
-        dist.init_process_group("gloo", init_method=init_method, rank=rank,
-                                world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout))
+        _START_HOOK["hook"] = job.get("hook")
+        store = connect_store(host, port, timeout)
+        init_group(store, rank, world_size, timeout, token)
         t_joined = time.time()
         comm = TorchComm(timeout=timeout)
         res = run_rank(comm, **job)
@@ -93,7 +114,7 @@ def worker_main(rank, world_size, init_method, timeout, n_threads, job, results)
         results.put(("ok", rank, res))
     except BaseException as exc:  # report, then leave without waiting on dead peers
         detail = f"{type(exc).__name__}: {exc}"
-        if not isinstance(exc, (CommError, ValueError)):
+        if not isinstance(exc, (CommError, ValueError, RendezvousError)):
             detail += "\n" + traceback.format_exc(limit=6)
         results.put(("error", rank, detail))
         results.close()

@@ -71,23 +71,38 @@ class EMConfig:
 
 @dataclass
 class FaultHook:
-    """Test hook: make one rank misbehave after a given EM iteration.
+    """Test hook: make one rank misbehave after a given EM iteration (``after_iter=-1``:
+    at start-up, before the rank joins the world).
 
     ``action="exit"`` ends the process at once with ``os._exit(exit_code)`` (as a
-    crash or a killed machine would); ``action="hang"`` makes it sleep, as a
-    stalled peer would, so that the others run into the collective timeout.
+    crash would); ``"kill"`` sends itself SIGKILL (a killed process or machine);
+    ``"stop"`` sends itself SIGSTOP (a frozen process: it cannot run, nor react to
+    SIGTERM); ``"hang"`` makes it sleep, as a stalled peer would, so that the others
+    run into the collective timeout.
     """
 
     rank: int
     after_iter: int
     action: str = "exit"
     exit_code: int = 17
+    #: a file the hook appends ``time.time()`` to just before it acts (experiments
+    #: measure the time from the fault to the launcher's error)
+    log_path: str | None = None
 
     def __call__(self, rank: int, iteration: int) -> None:
         if rank != self.rank or iteration != self.after_iter:
             return
+        if self.log_path is not None:
+            import time
+
+            with open(self.log_path, "a") as fh:
+                fh.write(f"{time.time()!r}\n")
         if self.action == "exit":
             os._exit(self.exit_code)
+        if self.action in ("kill", "stop"):
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL if self.action == "kill" else signal.SIGSTOP)
         if self.action == "hang":
             import time
 

@@ -19,11 +19,9 @@ spawns the workers locally.  See ``docs/scaling_out.md``.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import queue as queue_mod
-import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -37,9 +35,22 @@ from consensuskit.base import (
     resolve_dtype,
 )
 from consensuskit.data.ensemble import Ensemble, as_ensemble, labels_to_int
-from consensuskit.distributed._worker import beta_columns, column_ensemble, run_rank, worker_main
+from consensuskit.distributed._worker import (
+    beta_columns,
+    column_ensemble,
+    init_group,
+    run_rank,
+    worker_main,
+)
 from consensuskit.distributed.comm import CommError, LocalComm, TorchComm
 from consensuskit.distributed.common import EMConfig, FaultHook, WorkerResult
+from consensuskit.distributed.rendezvous import (
+    TOKEN_ENV,
+    RendezvousError,
+    bind_listener,
+    connect_store,
+    host_store,
+)
 
 __all__ = ["fit_distributed", "CommRecord", "DistributedFitError", "MODES", "main"]
 
@@ -82,25 +93,47 @@ class CommRecord:
                     and (phase is None or m.phase == phase)) for log in self.messages]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _process_state(pid: int) -> str:
+    """The kernel's one-letter state of ``pid`` ("T": stopped), "" when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
-def _collect(procs, results, timeout: float):
+def _end(procs, wait: float = 2.0) -> list:
+    """End every worker for sure: SIGKILL (which a stopped process cannot ignore or
+    postpone, unlike SIGTERM), then reap it.  Returns the ranks still alive (none
+    unless the kernel is stuck)."""
+    deadline = time.monotonic() + wait
+    for p in procs:
+        if p.is_alive():
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join(timeout=5.0)
+    return [r for r, p in enumerate(procs) if p.is_alive()]
+
+
+def _collect(procs, results, timeout: float, grace: float = 5.0):
     """Gather one message per worker; fail fast (with every rank's story) on any failure.
 
-    A worker that exits without reporting (killed, ``os._exit``) or reports an
-    error starts a grace period of ``timeout + 5`` seconds in which the others
-    must report (their collectives fail when the peer's connection drops, or
-    time out after ``timeout``); whoever is still running then is terminated.
+    A worker that exits without reporting (killed, ``os._exit``) or reports an error
+    starts a grace period of ``min(grace, timeout)`` seconds in which the others may
+    report (their collectives fail at once when the peer's connection drops, or after
+    ``timeout`` when it is stalled); then every worker still there is killed.  Workers
+    that are all stopped (SIGSTOP) or all silent while one is stopped for ``timeout``
+    seconds count as a failure too, so no fault leaves the launcher waiting for ever.
     """
     P = len(procs)
     ok, errors, exits = {}, {}, {}
     quiet_exit = {}
+    stopped_since: dict[int, float] = {}
     failed_at = None
-    grace = timeout + 5.0
+    grace = min(grace, timeout)
     while len(ok) + len(errors) + len(exits) < P:
         try:
             kind, rank, obj = results.get(timeout=0.1)
@@ -108,33 +141,46 @@ def _collect(procs, results, timeout: float):
             exits.pop(rank, None)
         except queue_mod.Empty:
             pass
+        now = time.monotonic()
         for r, p in enumerate(procs):
-            if r in ok or r in errors or r in exits or p.is_alive():
+            if r in ok or r in errors or r in exits:
+                continue
+            if p.is_alive():
+                if _process_state(p.pid) == "T":
+                    stopped_since.setdefault(r, now)
+                else:
+                    stopped_since.pop(r, None)
                 continue
             # exited cleanly: give its queued message a moment to arrive
-            seen = quiet_exit.setdefault(r, time.monotonic())
-            if p.exitcode != 0 or time.monotonic() - seen > 2.0:
+            seen = quiet_exit.setdefault(r, now)
+            if p.exitcode != 0 or now - seen > 2.0:
                 exits[r] = p.exitcode
-        if (errors or exits) and failed_at is None:
-            failed_at = time.monotonic()
-        if failed_at is not None and time.monotonic() - failed_at > grace:
+        if failed_at is None and (errors or exits or any(
+                now - t > timeout + grace for t in stopped_since.values())):
+            failed_at = now
+        if failed_at is not None and now - failed_at > grace:
             break
-    for p in procs:
-        p.join(timeout=2.0)
-        if p.is_alive():
-            p.terminate()
-            p.join(timeout=2.0)
+        pending = [r for r in range(P) if r not in ok and r not in errors and r not in exits]
+        if failed_at is not None and pending and all(r in stopped_since for r in pending):
+            break  # a stopped process reports nothing: no reason to wait for it
+    left = _end(procs)
     if errors or exits or len(ok) < P:
         lines = []
         for r in range(P):
             if r in exits:
-                lines.append(f"rank {r}: process exited with code {exits[r]} without "
-                             "reporting a result (crashed or killed)")
+                how = (f"killed by signal {-exits[r]}" if exits[r] is not None and exits[r] < 0
+                       else f"exited with code {exits[r]}")
+                lines.append(f"rank {r}: process {how} without reporting a result")
             elif r in errors:
                 lines.append(f"rank {r}: {errors[r]}")
             elif r not in ok:
-                lines.append(f"rank {r}: still running {grace:.0f} s after the first "
-                             "failure; terminated")
+                if r in stopped_since:
+                    lines.append(f"rank {r}: stopped (SIGSTOP), so it could not report; killed")
+                else:
+                    lines.append(f"rank {r}: still running {grace:.0f} s after the first "
+                                 "failure; killed")
+        if left:
+            lines.append(f"ranks {left} could not be ended (kernel did not reap them)")
         raise DistributedFitError(
             "distributed BCE fit failed:\n  " + "\n  ".join(lines))
     return [ok[r] for r in range(P)]
@@ -155,22 +201,27 @@ def _context(start_method):
     return ctx
 
 
-def _spawn(jobs, timeout: float, n_threads: int, start_method=None):
+def _spawn(jobs, timeout: float, n_threads: int, start_method=None, host="127.0.0.1"):
+    """Run ``jobs`` in local worker processes around a store this process hosts on
+    ``host`` (loopback by default), with a fresh token; every worker is ended on return."""
+    import secrets
+
     ctx = _context(start_method)
     results = ctx.Queue()
-    init_method = f"tcp://127.0.0.1:{_free_port()}"
     P = len(jobs)
+    sock = bind_listener(host, 0)
+    address = (host, sock.getsockname()[1], secrets.token_bytes(32))
+    store = host_store(sock, P, timeout)
     procs = [ctx.Process(target=worker_main, daemon=True,
-                         args=(r, P, init_method, timeout, n_threads, jobs[r], results))
+                         args=(r, P, address, timeout, n_threads, jobs[r], results))
              for r in range(P)]
-    for p in procs:
-        p.start()
     try:
+        for p in procs:
+            p.start()
         return _collect(procs, results, timeout)
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
+        _end(procs, wait=0.0)
+        del store  # closes the listening socket
 
 
 def _check_split(mode, ens: Ensemble, P: int) -> None:
@@ -280,7 +331,8 @@ def fit_distributed(X, n_clusters, *, n_workers=2, mode="row", n_init=1, max_ite
     if init not in ("kmeans", "random"):
         raise ValueError(f"init must be 'kmeans' or 'random'; got {init!r}")
     _check_split(mode, ens, P)
-    est = BCE(K, max_iter=cfg.max_iter, tol=cfg.tol, n_init=n_init, inner_iter=cfg.inner_iter,
+    est = BCE(K, alpha_estimate="meanfield", max_iter=cfg.max_iter, tol=cfg.tol,
+              n_init=n_init, inner_iter=cfg.inner_iter,
               init=init, smoothing=cfg.smoothing, random_state=random_state, dtype=dtype)
     if beta_init is None:
         rs = check_random_state(random_state)
@@ -412,7 +464,10 @@ def _cli_worker(args) -> int:
     from consensuskit.models.bce import cavi
 
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    store = _cli_store(args.timeout)
+    token = os.environ.get(TOKEN_ENV)
+    init_group(store, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
+               args.timeout, token.encode() if token else None)
     comm = TorchComm(timeout=args.timeout)
     r, P = comm.rank, comm.world_size
     L = _read_labels(args.labels, r)
@@ -452,6 +507,27 @@ def _cli_worker(args) -> int:
     _cli_output(comm, args, res, K)
     dist.destroy_process_group()
     return 0
+
+
+def _cli_store(timeout: float):
+    """The store of a rank started by ``torchrun`` or by hand.
+
+    Under ``torchrun`` (``TORCHELASTIC_USE_AGENT_STORE``) the agent hosts the store at
+    ``MASTER_ADDR:MASTER_PORT`` and every rank is its client.  Ranks started by hand
+    (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` set): rank 0 hosts it,
+    bound to ``MASTER_ADDR`` only (a port in use is a clear error), the others connect.
+    """
+    try:
+        host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError) as exc:
+        raise RendezvousError(f"RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT must be set "
+                              f"(integers where numbers): {exc}") from None
+    if host in ("127.0.0.1", "localhost", "::1"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return host_store(bind_listener(host, port), world, timeout)
+    return connect_store(host, port, timeout)
 
 
 def _cli_output(comm, args, res: WorkerResult, K: int) -> None:
@@ -536,10 +612,13 @@ def main(argv=None) -> int:
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         try:
             return _cli_worker(args)
-        except (CommError, ValueError) as exc:
+        except (CommError, ValueError, RendezvousError) as exc:
             print(f"rank {os.environ.get('RANK')}: {type(exc).__name__}: {exc}",
-                  file=sys.stderr)
-            return 1
+                  file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            # leave now: torch's store and gloo objects may wait on dead peers (or abort)
+            # in their destructors at interpreter exit
+            os._exit(1)
     # no torchrun: spawn local workers
     import pandas as pd
 

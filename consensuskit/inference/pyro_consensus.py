@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+import warnings
+import weakref
 
 import numpy as np
 import torch
@@ -36,6 +38,54 @@ def default_guide(model):
     from pyro.infer.autoguide import AutoNormal, init_to_sample
 
     return AutoNormal(poutine.block(model, hide_fn=_hide_enumerated), init_loc_fn=init_to_sample)
+
+
+def cluster_axes(model, labels, model_kwargs, n_clusters, roles, explicit=None):
+    """Which axis of each latent site's value (one draw) indexes the K clusters.
+
+    ``explicit`` (site -> axis or None) wins.  Otherwise, for every latent site outside
+    the enumerated ones: the dim of a plate of size K other than ``"rows"`` (BCE's
+    ``beta_{j}``, MM's ``theta_{j}`` in the ``components`` plate), else the last event dim
+    when the event shape ends in K (``pi``, ``alpha``, BCE's ``theta_i``).  A site of some
+    other kind whose event size happens to equal K is taken for a cluster-indexed one by
+    the second rule: name it in ``explicit`` with None (PyroConsensus' ``cluster_axes``).
+    Returns site -> axis (sites without one are left out).
+    """
+    from pyro import poutine
+
+    explicit = dict(explicit or {})
+    K = int(n_clusters)
+    tr = poutine.trace(model).get_trace(labels, **model_kwargs)
+    out = {}
+    for name in list(roles.globals) + list(roles.locals):
+        if name in explicit:
+            if explicit[name] is not None:
+                out[name] = int(explicit[name])
+            continue
+        site = tr.nodes[name]
+        value = site["value"]
+        event_dim = site["fn"].event_dim
+        for f in site["cond_indep_stack"]:
+            if f.vectorized and f.size == K and f.name != pointwise.ROWS and f.dim is not None:
+                out[name] = value.dim() - event_dim + f.dim
+                break
+        else:
+            if event_dim >= 1 and value.shape[-1] == K:
+                out[name] = value.dim() - 1
+    return out
+
+
+def _permute(values, perms, axis):
+    """``values`` (D, ...) with draw d's ``axis`` (of the per-draw value) permuted by
+    ``perms[d]`` (D, K)."""
+    v = np.moveaxis(np.asarray(values), axis + 1, 1)
+    v = np.take_along_axis(v, perms.reshape(perms.shape + (1,) * (v.ndim - 2)), axis=1)
+    return np.moveaxis(v, 1, axis + 1)
+
+
+#: estimator -> (labels_, {"L": (C, S, n), "perms": (C * S, K)}): the scores of every
+#: retained draw, computed once for ``inference_data_`` (kept outside the estimator state)
+_EVERY_DRAW = weakref.WeakKeyDictionary()
 
 
 def _align(reference, m):
@@ -80,6 +130,32 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         Importance samples per row and draw for the row-local continuous latents.
     max_plate_nesting : int, optional
         Default: read from a trace of the model.
+    cluster_axes : dict site -> int or None, optional
+        Which axis of a latent site's value indexes the K clusters, for relabelling the
+        draws in ``inference_data_`` (label switching); None excludes a site.  Sites not
+        named follow :func:`cluster_axes`' rule (a plate of size K, else an event shape
+        ending in K); ``inference_data_.posterior.attrs["relabelled_sites"]`` lists what
+        was relabelled.
+    rhat_threshold : float
+        NUTS: chains whose split R-hat of the log density (``lp``, invariant to label
+        switching) exceeds this are reported as sitting in separate modes (a warning,
+        ``chains_disagree_``).
+    n_init, init_steps : int
+        SVI: ``n_init`` short runs of ``init_steps`` steps (default ``num_steps // 10``, at
+        least 20) from different random starts; the main run continues the best (lowest mean
+        loss over its last 10 steps).  Default 1 (one start): on MM's spec the loss after a
+        short run picked a start with a collapsed cluster (held-out perplexity 1.645 against
+        1.186 from one start, wine, ``experiments/spec_defaults_vs_fast_paths.py``), so
+        restarts are opt-in until a better selection rule is validated.
+    lr_decay : "auto", float or None
+        SVI: the learning rate is multiplied by this every step of the main run ("auto":
+        down to a tenth over ``num_steps``); default None (constant: a decaying rate left
+        AutoNormal's scales unconverged in the same check).
+    svi_tol : float
+        SVI: the ELBO counts as converged when the mean loss of the last 10% of the steps
+        differs from that of the 10% before by less than ``svi_tol`` times its magnitude
+        plus twice the standard error of that difference; otherwise a warning and
+        ``converged_ = False``.
     verbose : bool
         Progress bars.
 
@@ -88,8 +164,21 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
     membership_ : ndarray (N, K)   labels_ : ndarray (N,)
     posterior_samples_ : dict site -> ndarray (chains, draws, ...) of the global sites
     losses_ : list of float (svi): the loss before every step, then at the final parameters
+    converged_ : bool
+        SVI: the ELBO test of ``svi_tol`` passed.  NUTS: no chain disagreement (below).
+    chains_disagree_ : bool, rhat_lp_ : float, chain_mean_lp_ : ndarray (chains,)
+        NUTS: split R-hat of the log density over chains and each chain's mean; R-hat
+        above ``rhat_threshold`` means the chains explore separate modes and the pooled
+        draws (labels, scores) mix them: a RuntimeWarning says so at fit time.
     fit_seconds_ : float (CPU)
-    inference_data_ : arviz.InferenceData with ``posterior`` and ``log_likelihood``
+    inference_data_ : arviz.InferenceData
+        Built at first access and cached: ``posterior`` (every retained draw of every
+        chain, NUTS; the guide draws, SVI), relabelled to the fit's reference clusters;
+        ``log_likelihood`` (``log p(x_i | draw's globals)`` with the row's local latents
+        summed / integrated out, every draw); ``sample_stats`` (NUTS: ``diverging``,
+        ``tree_depth``, ``n_steps``, ``step_size``, ``energy``, ``acceptance_rate``,
+        ``lp``); ``observed_data``.  SVI draws come from the guide, not the posterior:
+        the ``posterior`` group's attribute ``draws`` says which.
     """
 
     def __init__(self, model, guide=None, *, n_clusters, inference="svi", random_state=None,
@@ -97,7 +186,8 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
                  batch_size=None,
                  jit=False, num_particles=1, num_samples=300, warmup_steps=300, num_chains=2,
                  max_tree_depth=6, n_posterior_draws=50, n_perplexity_samples=1000,
-                 max_plate_nesting=None, verbose=False):
+                 max_plate_nesting=None, cluster_axes=None, rhat_threshold=1.05,
+                 svi_tol=1e-3, n_init=1, init_steps=None, lr_decay=None, verbose=False):
         self.model = model
         self.guide = guide
         self.n_clusters = n_clusters
@@ -117,7 +207,21 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         self.n_posterior_draws = n_posterior_draws
         self.n_perplexity_samples = n_perplexity_samples
         self.max_plate_nesting = max_plate_nesting
+        self.cluster_axes = cluster_axes
+        self.rhat_threshold = rhat_threshold
+        self.svi_tol = svi_tol
+        self.n_init = n_init
+        self.init_steps = init_steps
+        self.lr_decay = lr_decay
         self.verbose = verbose
+
+    def __persistence_restore__(self):
+        """After :func:`consensuskit.io.persistence.load`: rebuild the default guide,
+        stored by description (its parameters are in the saved param store state)."""
+        from consensuskit.io.persistence import DefaultGuide
+
+        if isinstance(self.__dict__.get("guide_"), DefaultGuide):
+            self.guide_ = default_guide(self.model)
 
     # ---------------------------------------------------------------- fitting
     def _kwargs(self, ens):
@@ -134,6 +238,13 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         self.n_clusters_ = check_n_clusters(self.n_clusters, ens.n_samples)
         check_positive_int(self.n_posterior_draws, "n_posterior_draws")
         check_positive_int(self.n_perplexity_samples, "n_perplexity_samples")
+        check_positive_int(self.n_init, "n_init")
+        if self.init_steps is not None:
+            check_positive_int(self.init_steps, "init_steps")
+        if not (self.lr_decay is None or self.lr_decay == "auto"
+                or (isinstance(self.lr_decay, float) and 0.0 < self.lr_decay <= 1.0)):
+            raise ValueError(f"lr_decay must be 'auto', None or a float in (0, 1]; "
+                             f"got {self.lr_decay!r}")
         rs = check_random_state(self.random_state)
         seed = int(rs.randint(2**31 - 1))
         labels = torch.as_tensor(ens.codes)
@@ -154,6 +265,8 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         self.fit_seconds_ = time.process_time() - t0
         self._draws = draws  # site -> (C, D, ...)
         self.posterior_samples_ = {k: v.detach().cpu().numpy() for k, v in draws.items()}
+        self.cluster_axes_ = cluster_axes(self.model, labels, kw, self.n_clusters_,
+                                          self.roles_, self.cluster_axes)
         L, V, Mb = self._score_draws(labels, membership=True)
         self._train_loglik = (L, V)
         self.membership_ = self._combine_memberships(Mb, L, fit=True)
@@ -167,18 +280,63 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
 
         guide = default_guide(self.model) if self.guide is None else self.guide
         self.guide_ = guide
+        opts = dict(model_kwargs=kw, learning_rate=self.learning_rate, clip_norm=self.clip_norm,
+                    batch_size=self.batch_size, max_plate_nesting=P, jit=self.jit,
+                    num_particles=self.num_particles, progress=self.verbose)
+        decay = (None if self.lr_decay is None
+                 else 0.1 ** (1.0 / max(1, self.num_steps)) if self.lr_decay == "auto"
+                 else float(self.lr_decay))
         with torch.random.fork_rng(), pyro.get_param_store().scope() as state:
-            res = fit_svi(self.model, guide, labels, model_kwargs=kw, num_steps=self.num_steps,
-                          learning_rate=self.learning_rate, clip_norm=self.clip_norm,
-                          batch_size=self.batch_size,
-                          max_plate_nesting=P, jit=self.jit, num_particles=self.num_particles,
-                          seed=seed, progress=self.verbose, desc="PyroConsensus SVI")
+            start = self._svi_restarts(guide, labels, opts, seed)
+            res = fit_svi(self.model, guide, labels, num_steps=self.num_steps, seed=seed,
+                          desc="PyroConsensus SVI", lr_decay=decay, init_state=start, **opts)
             pyro.get_param_store().set_state(res.param_state)
             draws = self._guide_draws(labels, kw)
             state = pyro.get_param_store().get_state()
         self.losses_ = res.losses + [res.extra["final_loss"]]
         self._param_state = state
+        self.converged_, self.elbo_change_ = self._elbo_converged(np.asarray(res.losses))
+        if not self.converged_:
+            warnings.warn(
+                f"PyroConsensus SVI: the ELBO has not converged in {self.num_steps} steps (mean "
+                f"loss of the last 10% of the steps differs from the 10% before by "
+                f"{self.elbo_change_:.4g}); raise num_steps or learning_rate (converged_)",
+                RuntimeWarning, stacklevel=5)
         return draws
+
+    def _svi_restarts(self, guide, labels, opts, seed):
+        """``n_init`` short runs (``init_steps`` each) from different random starts; the
+        param-store state of the one with the lowest mean loss over its last 10 steps
+        (None with ``n_init=1``: the main run starts from the guide's own init).  A single
+        start often lands a cluster on a poor local optimum (two clusters sharing a mode),
+        which more steps do not leave."""
+        from consensuskit.inference.pyro_svi import fit_svi
+
+        self.restart_losses_ = []
+        if self.n_init <= 1:
+            return None
+        steps = self.init_steps or max(20, self.num_steps // 10)
+        rs = np.random.RandomState(seed)
+        best, best_loss = None, np.inf
+        for r in range(self.n_init):
+            res = fit_svi(self.model, guide, labels, num_steps=steps,
+                          seed=int(rs.randint(2**31 - 1)), desc=f"SVI start {r + 1}", **opts)
+            loss = float(np.mean(res.losses[-10:]))
+            self.restart_losses_.append(loss)
+            if loss < best_loss:
+                best, best_loss = res.param_state, loss
+        return best
+
+    def _elbo_converged(self, losses):
+        """(converged, change): the mean loss over the last 10% of the steps against the
+        10% before, within ``svi_tol`` relative plus twice the noise of that difference."""
+        w = max(5, losses.size // 10)
+        if losses.size < 2 * w:
+            return False, float("nan")
+        a, b = losses[-2 * w:-w], losses[-w:]
+        change = float(a.mean() - b.mean())
+        noise = float(np.sqrt(a.var(ddof=1) / w + b.var(ddof=1) / w))
+        return bool(abs(change) <= self.svi_tol * abs(b.mean()) + 2 * noise), change
 
     def _guide_draws(self, labels, kw):
         """Draws of the global sites from the guide, (1, D, ...); D = 1 for a point guide."""
@@ -208,7 +366,26 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
                                  progress=self.verbose)
         self.mcmc_info_ = info
         self.all_samples_ = {k: v.detach().cpu().numpy() for k, v in samples.items()}
+        self._check_chains(info["sample_stats"]["lp"])
         return {k: v for k, v in samples.items() if k in self.roles_.globals}
+
+    def _check_chains(self, lp):
+        """Chains in separate modes: split R-hat of the log density ``lp`` (C, S)."""
+        from consensuskit.inference.arviz_adapter import import_arviz
+
+        az = import_arviz()
+        self.chain_mean_lp_ = lp.mean(1)
+        self.rhat_lp_ = float(az.rhat(np.asarray(lp, dtype=np.float64)))
+        self.chains_disagree_ = bool(not np.isfinite(self.rhat_lp_)
+                                     or self.rhat_lp_ > self.rhat_threshold)
+        self.converged_ = not self.chains_disagree_
+        if self.chains_disagree_:
+            warnings.warn(
+                f"PyroConsensus NUTS: the chains sit in separate modes (split R-hat of the "
+                f"log density {self.rhat_lp_:.3g} > {self.rhat_threshold}; chain means "
+                f"{np.round(self.chain_mean_lp_, 1).tolist()}): labels and scores pool them. "
+                "Run longer chains, more warm-up, or compare the chains (chains_disagree_)",
+                RuntimeWarning, stacklevel=5)
 
     # ---------------------------------------------------------------- scoring
     def _thinned(self):
@@ -241,6 +418,7 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
                              "values, or an enumerated site in the rows plate)")
         if fit:
             ref = Mb[int(np.argmax(L.sum(1)))]  # the draw that explains the data best
+            self._reference = ref
             self._perms = np.stack([_align(ref, m) for m in Mb])
         P = np.mean([m[:, perm] for m, perm in zip(Mb, self._perms)], axis=0)
         return P / P.sum(1, keepdims=True)
@@ -268,15 +446,114 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         """Hard consensus of (new) rows: argmax of :meth:`predict_proba`, shape (n,)."""
         return self.predict_proba(X, unknown=unknown).argmax(1)
 
+    # ------------------------------------------------------------ ArviZ output
+    def _every_draw(self):
+        """Scores of every retained draw (not only the thinned ones), computed once:
+        ``{"L": (C, S, n) log p(x_i | draw), "perms": (C * S, K)}``; each draw's clusters
+        matched to the fit's reference membership (label switching)."""
+        check_is_fitted(self, "membership_")
+        cache = _EVERY_DRAW.get(self)
+        if cache is not None and cache[0] is self.labels_:
+            return cache[1]
+        import pyro
+
+        C, S = next(iter(self._draws.values())).shape[:2]
+        draws = {k: v.reshape(C * S, *v.shape[2:]) for k, v in self._draws.items()}
+        rs = check_random_state(self.random_state)
+        with float64_default(), pyro.get_param_store().scope(getattr(self, "_param_state",
+                                                                     None)):
+            L, _, Mb = pointwise.score_rows_draws(
+                self.model, torch.as_tensor(self.ensemble_.codes), draws,
+                model_kwargs=self._kwargs(self.ensemble_), roles=self.roles_,
+                num_particles=self.n_perplexity_samples, membership=True,
+                seed=int(rs.randint(2**31 - 1)), progress=self.verbose)
+        perms = np.stack([_align(self._reference, m) for m in Mb])
+        out = {"L": L.reshape(C, S, -1), "perms": perms}
+        _EVERY_DRAW[self] = (self.labels_, out)
+        return out
+
     def _log_likelihood_draws(self):
-        """Training per-row log-likelihood for every kept draw: (chains, draws, n)."""
-        L, _ = self._train_loglik
-        _, C = self._thinned()
-        return L.reshape(C, -1, L.shape[1])
+        """Training per-row ``log p(x_i | draw's globals)`` for every retained draw of
+        every chain (NUTS) or every guide draw (SVI): (chains, draws, n)."""
+        return self._every_draw()["L"]
+
+    def _log_likelihood_kind(self):
+        how = ("exact (enumeration)" if not self.roles_.locals else
+               f"local latents integrated by likelihood weighting, "
+               f"{self.n_perplexity_samples} particles")
+        src = "posterior draws (NUTS)" if self.inference == "nuts" else "guide draws (SVI)"
+        return f"log p(x_i | globals), {how}, at {src}"
 
     def _posterior_for_arviz(self):
-        draws, C = self._thinned()
-        return {k: v.cpu().numpy().reshape(C, -1, *v.shape[1:]) for k, v in draws.items()}
+        """Every retained draw of every latent site (NUTS: globals and row-local sites;
+        SVI: the globals' guide draws), relabelled along :attr:`cluster_axes_`."""
+        perms = self._every_draw()["perms"]
+        src = (self.all_samples_ if self.inference == "nuts"
+               else {k: v.detach().cpu().numpy() for k, v in self._draws.items()})
+        out = {}
+        for k, v in src.items():
+            v = np.asarray(v)
+            C, S = v.shape[:2]
+            if k in self.cluster_axes_:
+                flat = _permute(v.reshape(C * S, *v.shape[2:]), perms, self.cluster_axes_[k])
+                v = flat.reshape(v.shape)
+            out[k] = v
+        return out
+
+    def _sample_stats_for_arviz(self):
+        if self.inference != "nuts":
+            return {}
+        return dict(self.mcmc_info_["sample_stats"])
+
+    def _posterior_predictive_draws(self, rng):
+        """The spec simulated at every retained draw of the globals (every latent site not
+        given is drawn from its conditional prior: the rows' local latents afresh)."""
+        import pyro
+        from pyro import poutine
+
+        C, S = next(iter(self._draws.values())).shape[:2]
+        N, M = self.ensemble_.codes.shape
+        kw = self._kwargs(self.ensemble_)
+        out = np.empty((C, S, N, M), dtype=np.int64)
+        seeds = rng.randint(2**31 - 1, size=(C, S))
+        state = getattr(self, "_param_state", None)
+        with pyro.get_param_store().scope(state), torch.random.fork_rng(), \
+                float64_default(), torch.no_grad():
+            for c in range(C):
+                for d in range(S):
+                    torch.manual_seed(int(seeds[c, d]))
+                    params = {k: v[c, d].detach() for k, v in self._draws.items()}
+                    # the convention: labels=None simulates n_rows rows and returns them
+                    x = poutine.condition(self.model, data=params)(None, n_rows=N, **kw)
+                    out[c, d] = np.asarray(x.cpu(), dtype=np.int64)
+        return out
+
+    def _arviz_dims(self):
+        """Dimension names of the posterior sites: ``cluster`` on the relabelled axis,
+        ``row`` on a row-local site's rows axis."""
+        src = (self.all_samples_ if self.inference == "nuts" else self._draws)
+        dims = {}
+        for k, v in src.items():
+            names = [f"{k}_dim_{i}" for i in range(len(v.shape) - 2)]
+            if k in self.roles_.locals and names:
+                names[0] = "row"
+            if k in self.cluster_axes_:
+                names[self.cluster_axes_[k]] = "cluster"
+            dims[k] = names
+        return dims
+
+    @property
+    def _arviz_attrs(self):
+        return {"inference": self.inference,
+                "draws": "posterior (NUTS)" if self.inference == "nuts"
+                else "variational guide (SVI): not posterior draws",
+                "relabelled_sites": [f"{k}:{a}" for k, a in sorted(self.cluster_axes_.items())]}
+
+    def _arviz_group_attrs(self):
+        if self.inference != "nuts":
+            return {}
+        return {"sample_stats": {"target_accept_prob": self.mcmc_info_.get("target_accept_prob"),
+                                 "divergences_per_chain": list(self.mcmc_info_["divergences"])}}
 
     @property
     def partition_posterior_(self):
@@ -361,3 +638,32 @@ class HubBackedMixin:
         if self._hub() is not None:
             return self.hub_._posterior_for_arviz()
         return super()._posterior_for_arviz()
+
+    def _sample_stats_for_arviz(self):
+        if self._hub() is not None:
+            return self.hub_._sample_stats_for_arviz()
+        return super()._sample_stats_for_arviz()
+
+    def _log_likelihood_kind(self):
+        if self._hub() is not None:
+            return self.hub_._log_likelihood_kind()
+        return super()._log_likelihood_kind()
+
+    def _posterior_predictive_draws(self, rng):
+        if self._hub() is not None:
+            return self.hub_._posterior_predictive_draws(rng)
+        return super()._posterior_predictive_draws(rng)
+
+    def _arviz_dims(self):
+        if self._hub() is not None:
+            return self.hub_._arviz_dims()
+        return super()._arviz_dims()
+
+    def _arviz_group_attrs(self):
+        if self._hub() is not None:
+            return self.hub_._arviz_group_attrs()
+        return super()._arviz_group_attrs()
+
+    @property
+    def _arviz_attrs(self):
+        return self.hub_._arviz_attrs if self._hub() is not None else {}

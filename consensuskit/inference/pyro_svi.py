@@ -20,6 +20,7 @@ step, objective): :func:`fit_svi` runs it there; :class:`SVIEngine` is the bare 
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import dataclass, field
@@ -79,10 +80,15 @@ class SVIEngine:
     :func:`fit_svi` and :func:`stream_svi` do).
     """
 
-    def __init__(self, model, guide, elbo, *, learning_rate=0.05, clip_norm=None):
+    def __init__(self, model, guide, elbo, *, learning_rate=0.05, clip_norm=None,
+                 lr_decay=None):
         self.model, self.guide, self.elbo = model, guide, elbo
-        optim = (Adam({"lr": learning_rate}) if clip_norm is None
-                 else ClippedAdam({"lr": learning_rate, "clip_norm": clip_norm}))
+        if lr_decay is not None:  # ClippedAdam multiplies the rate by lrd every step
+            optim = ClippedAdam({"lr": learning_rate, "lrd": float(lr_decay),
+                                 "clip_norm": 1e16 if clip_norm is None else clip_norm})
+        else:
+            optim = (Adam({"lr": learning_rate}) if clip_norm is None
+                     else ClippedAdam({"lr": learning_rate, "clip_norm": clip_norm}))
         self.svi = SVI(model, guide, optim, loss=elbo)
         self.objective = -math.inf
 
@@ -105,17 +111,20 @@ class SVIDriverEngine(Engine):
     """
 
     def __init__(self, model, guide, elbo, args, kwargs, *, learning_rate=0.05,
-                 clip_norm=None):
+                 clip_norm=None, lr_decay=None, init_state=None):
         self.model, self.guide, self.elbo = model, guide, elbo
         self.args, self.kwargs = args, kwargs
         self.learning_rate, self.clip_norm = learning_rate, clip_norm
+        self.lr_decay, self.init_state = lr_decay, init_state
 
     def init(self, rng, run=0):
         pyro.set_rng_seed(int(rng.randint(2**31 - 1)))
         self._svi = SVIEngine(self.model, self.guide, self.elbo,
-                              learning_rate=self.learning_rate, clip_norm=self.clip_norm)
-        return {"param_state": {"params": {}, "constraints": {}}, "loss": math.inf,
-                "step": 0}
+                              learning_rate=self.learning_rate, clip_norm=self.clip_norm,
+                              lr_decay=self.lr_decay)
+        start = (copy.deepcopy(self.init_state) if self.init_state is not None
+                 else {"params": {}, "constraints": {}})
+        return {"param_state": start, "loss": math.inf, "step": 0}
 
     def step(self, state, rng):
         with pyro.get_param_store().scope(state["param_state"]) as st:
@@ -133,7 +142,8 @@ class SVIDriverEngine(Engine):
 
 def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate=0.05,
             batch_size=None, max_plate_nesting=2, jit=False, num_particles=1, seed=None,
-            progress=False, desc="SVI", clip_norm=None, n_runs=1) -> SVIFit:
+            progress=False, desc="SVI", clip_norm=None, n_runs=1, lr_decay=None,
+            init_state=None) -> SVIFit:
     """Fit ``model``/``guide`` on ``labels`` (N, M) by SVI, full batch or on minibatches.
 
     Runs under the fit driver (:func:`consensuskit.inference.driver.fit`): ``n_runs``
@@ -156,6 +166,10 @@ def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate
         Clip gradient norms (``ClippedAdam``).
     n_runs : int
         Restarts.
+    lr_decay : float, optional
+        Multiply the learning rate by this every step (``ClippedAdam``'s ``lrd``).
+    init_state : dict, optional
+        Param-store state every run starts from (e.g. the best of short restarts).
 
     Returns
     -------
@@ -173,7 +187,7 @@ def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate
     elbo = make_elbo(model, (labels,), kw, max_plate_nesting=max_plate_nesting, jit=jit,
                      num_particles=num_particles)
     engine = SVIDriverEngine(model, guide, elbo, (labels,), kw, learning_rate=learning_rate,
-                             clip_norm=clip_norm)
+                             clip_norm=clip_norm, lr_decay=lr_decay, init_state=init_state)
     t0 = time.process_time()
     res = drive(engine, max_iter=num_steps, n_runs=n_runs, tol=None,
                 rng=check_random_state(seed), progress=progress, desc=desc, unit="step")

@@ -21,12 +21,22 @@ state holds the random generator and every quantity the next step reads, the
 resumed fit ends exactly where the uninterrupted one with the same
 ``random_state`` ends.  A checkpoint is refused (ValueError) for another class,
 other hyper-parameters or other data.
+
+Files are written in the format of :mod:`consensuskit.io.persistence`, which cannot run
+code when read (the random generator's state is stored as arrays and integers); a
+checkpoint of the old pickle format is refused.  One fit at a time may write a given
+``checkpoint_path``: the writer holds an exclusive lock on ``<path>.lock`` (``flock``,
+per open file, so it excludes other threads as well as other processes) from the start
+of the fit until the writer is released, and a second fit on the same path fails at
+once with a clear error instead of overwriting the first one's state.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import weakref
 
 import numpy as np
 
@@ -100,9 +110,26 @@ def checkpoint_writer(est, ensemble, extra_digest: str = ""):
     if est.checkpoint_path is None:
         return None
     digest = fingerprint(ensemble) + extra_digest
+    path = est.checkpoint_path
+    lock = _lock(path)
 
     def write(snapshot):
         save_checkpoint(est, {"state": snapshot, "params": _params(est), "fingerprint": digest},
-                        est.checkpoint_path)
+                        path)
 
+    weakref.finalize(write, os.close, lock)  # released with the writer (end of the fit)
     return write
+
+
+def _lock(path) -> int:
+    """An exclusive, non-blocking ``flock`` on ``<path>.lock``; its file descriptor."""
+    name = os.fspath(path) + ".lock"
+    fd = os.open(name, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RuntimeError(
+            f"checkpoint_path {os.fspath(path)!r} is in use by another running fit (it "
+            f"holds the lock file {name!r}); give each fit its own checkpoint_path") from None
+    return fd

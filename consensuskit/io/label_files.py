@@ -24,6 +24,7 @@ on every line) are errors that say what to pass instead.
 from __future__ import annotations
 
 import csv
+import io
 import os
 from dataclasses import dataclass
 
@@ -68,6 +69,8 @@ class LabelTable:
         0-based position in the file of each label column.
     index_position : int or None
         0-based position in the file of the index column.
+    delimiter : str
+        The separator the file was read with ("," unless sniffed: see ``_read_fields``).
     """
 
     path: str
@@ -81,6 +84,7 @@ class LabelTable:
     recoded: list
     file_columns: list
     index_position: int | None
+    delimiter: str = ","
 
     def where(self, row: int, col: int | None = None) -> str:
         """``"file: line L, column C ('name')"`` for a 0-based data row and column."""
@@ -96,21 +100,86 @@ class LabelTable:
         return f"column {number}" + (f" ({name!r})" if self.header else "")
 
 
-def _read_fields(path):
-    """(rows of stripped fields, their 1-based file lines); ragged or blank lines are errors."""
+#: separators tried when a file reads as one column with commas
+OTHER_DELIMITERS = (";", "\t", "|")
+
+
+def _decode(path) -> str:
+    """The file's text (UTF-8, an optional byte-order mark); a clear error naming the line
+    and byte of the first invalid sequence otherwise."""
     if not os.path.exists(path):
         raise LabelFileError(f"file not found: {path}")
+    if os.path.isdir(path):
+        raise LabelFileError(f"{path} is a directory, not a file")
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise LabelFileError(
+            f"{path}: line {line}, byte {column} of the line: not UTF-8 text (byte "
+            f"0x{data[exc.start]:02x}); save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        ) from None
+    if "\x00" in text:
+        i = text.index("\x00")
+        raise LabelFileError(f"{path}: line {text.count(chr(10), 0, i) + 1} holds a NUL byte; "
+                             "this is not a text CSV file")
+    return text
+
+
+def _parse(path, text, delimiter):
     rows, lines = [], []
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        reader = csv.reader(handle, skipinitialspace=True)
-        start = 1
-        try:
-            for fields in reader:
-                rows.append([f.strip() for f in fields])
-                lines.append(start)
-                start = reader.line_num + 1
-        except csv.Error as exc:
-            raise LabelFileError(f"{path}: line {reader.line_num}: cannot parse ({exc})") from exc
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter,
+                        skipinitialspace=True)
+    start = 1
+    try:
+        for fields in reader:
+            rows.append([f.strip() for f in fields])
+            lines.append(start)
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        raise LabelFileError(f"{path}: line {reader.line_num}: cannot parse ({exc})") from exc
+    for fields, line in zip(rows, lines):
+        for c, f in enumerate(fields):
+            if "\n" in f or "\r" in f:
+                raise LabelFileError(
+                    f"{path}: line {line}, column {c + 1}: a quoted field spans several "
+                    f"lines ({f[:40]!r}); a label cannot contain a line break")
+    return rows, lines
+
+
+def _sniff(path, text, rows):
+    """The separator of a file that reads as one column with commas: another separator
+    (``;``, tab, ``|``) found the same number of times on every non-blank line, else
+    None.  Refuses a one-column file whose fields hold a separator unevenly."""
+    if any(len(r) > 1 for r in rows):
+        return None
+    fields = [r[0] for r in rows if r and r[0] != ""]
+    for d in OTHER_DELIMITERS:
+        counts = {f.count(d) for f in fields}
+        if counts and min(counts) > 0:
+            if len(counts) == 1:
+                return d
+            raise LabelFileError(
+                f"{path}: every line is one field with commas as the separator, and the "
+                f"lines hold {d!r} a different number of times; a file of one base "
+                "clustering cannot contain separators; write it with commas")
+    return None
+
+
+def _read_fields(path):
+    """(rows of stripped fields, their 1-based file lines, separator); ragged or blank
+    lines are errors.  Commas by default; a file that reads as one column with commas
+    but has ``;``, tab or ``|`` on every line, equally often, is read with that."""
+    text = _decode(path)
+    rows, lines = _parse(path, text, ",")
+    delimiter = _sniff(path, text, rows)
+    if delimiter is not None:
+        rows, lines = _parse(path, text, delimiter)
+    else:
+        delimiter = ","
     while rows and not any(rows[-1]):  # trailing blank lines
         rows.pop()
         lines.pop()
@@ -127,7 +196,7 @@ def _read_fields(path):
                 f"{path}: line {line} has {len(fields)} field(s) but line {lines[0]} has "
                 f"{width}; every line needs one field per column (leave a field empty, as in "
                 "'3,,1', or write -1 for a missing label)")
-    return rows, np.asarray(lines, dtype=np.int64)
+    return rows, np.asarray(lines, dtype=np.int64), delimiter
 
 
 def _as_number(token):
@@ -237,7 +306,7 @@ def read_label_table(path, *, header=None, index_col=None,
         Accept a column with a different value on every line (a clustering into
         singletons); by default such a column is refused as ID-like.
     """
-    rows, lines = _read_fields(path)
+    rows, lines, delimiter = _read_fields(path)
     has_header = _detect_header(path, rows, header)
     width = len(rows[0])
     names = rows[0] if has_header else [f"column {j + 1}" for j in range(width)]
@@ -252,7 +321,8 @@ def read_label_table(path, *, header=None, index_col=None,
                        lines=body_lines, columns=[names[j] for j in keep],
                        index=None if pos is None else np.array([r[pos] for r in body]),
                        index_name=None if pos is None else names[pos], header=has_header,
-                       recoded=[], file_columns=keep, index_position=pos)
+                       recoded=[], file_columns=keep, index_position=pos,
+                       delimiter=delimiter)
     codes = np.empty((len(body), len(keep)), dtype=np.int64)
     for out_j, j in enumerate(keep):
         col_codes, cats, named = _column_labels(table, out_j, [r[j] for r in body])
@@ -331,7 +401,7 @@ def encode_like(train: LabelTable, path, *, unknown="error"):
 
 def read_feature_table(path, n_rows, *, header=None):
     """A numeric feature matrix (n_rows, n_features) from a CSV; NaN or empty = missing."""
-    rows, lines = _read_fields(path)
+    rows, lines, _ = _read_fields(path)
     if header is None:
         header = not all(_is_numeric_or_missing(t) for t in rows[0])
     body, body_lines = (rows[1:], lines[1:]) if header else (rows, lines)

@@ -49,10 +49,15 @@ def cases():
     out = {
         "MM": (lambda: ck.MM(n_clusters=3, random_state=0), {}),
         "MM_kmeans": (lambda: ck.MM(n_clusters=3, init="kmeans", n_init=2, random_state=1), {}),
-        "BCE": (lambda: ck.BCE(n_clusters=3, random_state=0, n_perplexity_samples=50), {}),
+        "BCE": (lambda: ck.BCE(n_clusters=3, alpha_estimate="meanfield", random_state=0,
+                               n_perplexity_samples=50), {}),
+        "BCE_gibbs": (lambda: ck.BCE(n_clusters=3, random_state=0, n_sweeps=60), {}),
+        "BCE_gibbs_is": (
+            lambda: ck.BCE(n_clusters=4, n_init=2, n_sweeps=40, log_likelihood_method="is",
+                           random_state=1, n_perplexity_samples=50), {}),
         "BCE_random": (
-            lambda: ck.BCE(n_clusters=3, init="random", n_init=2, max_iter=30, random_state=3,
-                           n_perplexity_samples=50),
+            lambda: ck.BCE(n_clusters=3, alpha_estimate="meanfield", init="random", n_init=2,
+                           max_iter=30, random_state=3, n_perplexity_samples=50),
             {},
         ),
         "BCE_svi": (
@@ -61,9 +66,12 @@ def cases():
             {},
         ),
         "GBCE": (
-            lambda: ck.GBCE(n_clusters=3, random_state=0, n_perplexity_samples=50),
+            lambda: ck.GBCE(n_clusters=3, alpha_estimate="meanfield", random_state=0,
+                            n_perplexity_samples=50),
             {"features": F[:45]},
         ),
+        "GBCE_gibbs": (lambda: ck.GBCE(n_clusters=3, random_state=0, n_sweeps=60),
+                       {"features": F[:45]}),
         "NBCE_tsb": (
             lambda: ck.NBCE(truncation=6, n_samples=20, burn_in=10, n_chains=2, random_state=0),
             {},

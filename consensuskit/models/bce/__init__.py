@@ -17,11 +17,16 @@ __all__ = ["FAMILY", "spec", "estimator"]
 FAMILY = Family(
     name="bce", estimator="BCE", module="consensuskit.models.bce.estimator",
     spec="consensuskit.models.bce.spec", fast_paths="consensuskit.models.bce.fast_paths",
-    # one E-step kernel per dtype serves every K
-    warm_up=WarmUp("BCE E-step kernel",
-                   tuple(dict(n_clusters=3, max_iter=2, n_init=1, dtype=dtype,
-                              n_perplexity_samples=10) for dtype in ("float64", "float32")),
-                   ("consensuskit.models.bce.kernels", "consensuskit.models.vector_math")),
+    # one E-step kernel per dtype serves every K; the default estimate's collapsed Gibbs
+    # kernels (two chains, so the audition runs too; GBCE's feature sweep compiles on
+    # GBCE's first fit with features)
+    warm_up=WarmUp("BCE E-step and Gibbs kernels",
+                   tuple(dict(n_clusters=3, alpha_estimate="meanfield", max_iter=2, n_init=1,
+                              dtype=dtype, n_perplexity_samples=10)
+                         for dtype in ("float64", "float32"))
+                   + (dict(n_clusters=3, n_sweeps=4, n_init=2),),
+                   ("consensuskit.models.bce.kernels", "consensuskit.models.vector_math",
+                    "consensuskit.models.bce.gibbs_kernels")),
     demo=(("BCE", dict(n_clusters=3)),),
     tiny_fit={"n_init": 1, "max_iter": 10}, order=20)
 

@@ -20,7 +20,9 @@ from consensuskit.base import (
 )
 from consensuskit.data.ensemble import Ensemble
 from consensuskit.inference.driver import Fit
+from consensuskit.inference.driver import fit as drive
 from consensuskit.inference.pyro_consensus import HubBackedMixin
+from consensuskit.io.checkpoint import checkpoint_writer
 from consensuskit.models.base import DriverFitMixin, Integer, OneOf, Real
 from consensuskit.models.bce import alpha as bce_alpha
 from consensuskit.models.bce import cavi
@@ -67,29 +69,51 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         Restarts; the one with the best bound is kept, non-degenerate ones first.
     inner_iter : int, default 5
         (phi, gamma) passes per EM iteration, warm-started from the previous gamma.
-    init : {"kmeans", "random"}
+    init : {"kmeans", "seeded", "random"}
         ``"kmeans"``: beta from k-means on the one-hot labels (a different seed per
-        restart); ``"random"``: flat-Dirichlet beta, as the authors' code.  Random
-        starts run into the degenerate optimum (alpha growing without bound) more
-        often; such runs are detected (``sum(alpha) > 10 * max_i V_i``, ``V_i`` the
-        number of labels of row i) and discarded in favour of non-degenerate restarts.
+        restart); ``"seeded"``: k-means++ seeding and two assignment steps on 2,000
+        sampled rows (:func:`~consensuskit.models.bce.cavi.init_beta_seeded`; cost
+        independent of N, about one E-step on those rows); ``"random"``: flat-Dirichlet
+        beta, as the authors' code.  Random starts run into the degenerate optimum
+        (alpha growing without bound) more often; such runs are detected
+        (``sum(alpha) > 10 * max_i V_i``, ``V_i`` the number of labels of row i) and
+        discarded in favour of non-degenerate restarts.
     smoothing : float, default 1e-6
         Pseudo-count added to the expected label counts in the beta update.
-    alpha_estimate : {"meanfield", "iw"}, default "meanfield"
-        ``"meanfield"``: alpha (and beta) maximise the mean-field bound, as in the paper;
-        the bound is biased towards a large alpha when rows carry few labels.
+    alpha_estimate : {"gibbs", "meanfield", "iw"} or None, default None
+        How alpha and beta are estimated.  None: ``"gibbs"`` with ``inference="cavi"``,
+        ``"meanfield"`` with ``inference="svi"`` (SVI optimises the bound by design).
+        ``"gibbs"``: maximum marginal likelihood by Monte Carlo EM on a collapsed Gibbs
+        sampler (:mod:`consensuskit.models.bce.collapsed_gibbs`: ``theta`` and ``beta``
+        integrated out as in LDA, ``alpha`` and ``beta``'s Dirichlet ``eta`` by Minka's
+        fixed point on the sampled counts; ``n_init`` chains run for the first
+        ``max(10, n_sweeps // 8)`` sweeps, then only the best by the log marginal
+        likelihood of up to 1,000 training rows, exact where ``C(M+K, K)`` is small and
+        importance-sampled otherwise, continues to ``n_sweeps``; above 10,000 rows these
+        sweeps run on a random 10,000 of them, and 60 more over all rows at the estimated
+        hyper-parameters give ``beta_`` and the memberships); ``gamma_`` is
+        ``alpha_`` plus the chain's mean counts, so ``membership_`` is the Monte Carlo
+        posterior mean of ``theta_i``.  Near the true parameters on BCE's own data where
+        the bound is not (``experiments/bce_grid.py``).
+        ``"meanfield"``: alpha (and beta) maximise the mean-field bound, as in the paper
+        (what ``reproduce/`` uses); the bound is biased towards a large alpha when rows
+        carry few labels.
         ``"iw"``: after the variational fit, alpha and beta are refined by Monte Carlo EM
         on an importance-sampling estimate of the marginal likelihood
         ``sum_i log p(x_i | alpha, beta)`` (:func:`consensuskit.models.bce.alpha.refine_iw`),
-        and ``gamma_`` is folded in again at the refined parameters.  On data simulated
-        from BCE it brings the held-out perplexity to within 1% of the true parameters'
-        (``experiments/bce_alpha.py``); it costs a few seconds more per fit.
+        and ``gamma_`` is folded in again at the refined parameters.
+    n_sweeps : int, default 200
+        ``alpha_estimate="gibbs"``: sweeps of the kept chain (the second half pooled).
     batch_size : int or None
         Row minibatch size for SVI (None: min(N, 1024)).
     learning_rate : float, default 0.05
         Adam step size for SVI.
     n_perplexity_samples : int, default 200
-        Importance samples per row for the log-likelihood (see :meth:`_log_likelihood`).
+        Importance samples per row for the log-likelihood (see
+        :meth:`_pointwise_log_likelihood`).
+    log_likelihood_method : {"auto", "exact", "is"}, default "auto"
+        How held-out and training rows are scored: exact where the count-vector
+        recursion is small (``"auto"``), always exact, or always importance-sampled.
     random_state : int, RandomState or None
     device : str or torch.device, default "cpu"
     dtype : {"float64", "float32"} or torch dtype, default "float64"
@@ -138,7 +162,12 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     iw_start_ : {"meanfield", "mixture"} or None
         ``"iw"``: where the refinement started (see :meth:`_refine_iw`).
     n_iter_ : int
+        EM iterations (``"meanfield"``) or sweeps of the kept chain (``"gibbs"``).
     converged_ : bool
+        The bound's relative change reached ``tol``; always False under ``"gibbs"``,
+        which runs a fixed schedule of sweeps with no convergence test (its
+        ``lower_bounds_`` are the collapsed log joint ``log p(x, z | alpha, eta)`` per
+        sweep, and ``lower_bound_`` is the mean-field bound at the returned estimate).
     degenerate_ : bool
         True if every restart hit the degenerate optimum (a warning is issued).
     n_degenerate_ : int
@@ -146,6 +175,19 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     n_higher_bound_skipped_ : int
         Degenerate restarts whose bound was higher than the kept (non-degenerate)
         one's; a warning says so when it is not 0.
+    alpha_estimate_ : {"gibbs", "meanfield", "iw"}
+        ``alpha_estimate`` resolved.
+    eta_ : float or None
+        ``"gibbs"``: the estimated Dirichlet concentration of every ``beta_jh``.
+    log_marginal_ : float or None
+        ``"gibbs"``: the selection criterion at the final estimate, ``sum_i log p(x_i |
+        alpha_, beta_)`` over up to 1,000 training rows (exact or importance-sampled, see
+        :func:`consensuskit.models.bce.alpha.selection_log_marginal`);
+        ``chain_log_marginals_`` holds every chain's at the audition (where all but the
+        best, ``kept_chain_``, stopped).
+    n_alpha_clipped_ : int
+        ``"gibbs"``: fixed-point alpha entries clipped to
+        :data:`consensuskit.models.bce.collapsed_gibbs.ALPHA_RANGE` (warned).
     n_alpha_steps_rejected_ : int
         EM iterations of the kept restart whose Newton solve for alpha found no step
         that kept alpha positive and the bound from decreasing, so alpha stayed where it
@@ -158,8 +200,9 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     """
 
     def __init__(self, n_clusters=2, *, inference="cavi", max_iter=100, tol=1e-6, n_init=3,
-                 inner_iter=5, init="kmeans", smoothing=1e-6, alpha_estimate="meanfield",
-                 batch_size=None, learning_rate=0.05, n_perplexity_samples=200, random_state=None,
+                 inner_iter=5, init="kmeans", smoothing=1e-6, alpha_estimate=None,
+                 n_sweeps=200, batch_size=None, learning_rate=0.05, n_perplexity_samples=200,
+                 log_likelihood_method="auto", random_state=None,
                  device="cpu", dtype="float64", verbose=False, callback=None,
                  checkpoint_path=None, checkpoint_every=10, n_jobs=None):
         self.n_clusters = n_clusters
@@ -171,9 +214,11 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         self.init = init
         self.smoothing = smoothing
         self.alpha_estimate = alpha_estimate
+        self.n_sweeps = n_sweeps
         self.batch_size = batch_size
         self.learning_rate = learning_rate
         self.n_perplexity_samples = n_perplexity_samples
+        self.log_likelihood_method = log_likelihood_method
         self.random_state = random_state
         self.device = device
         self.dtype = dtype
@@ -189,8 +234,10 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
                            "row")
     _parameter_checks = {
         "inference": OneOf("cavi", "svi", "nuts"),
-        "init": OneOf("kmeans", "random"),
-        "alpha_estimate": OneOf("iw", "meanfield"),
+        "init": OneOf("kmeans", "seeded", "random"),
+        "alpha_estimate": OneOf(None, "gibbs", "iw", "meanfield"),
+        "n_sweeps": Integer(1),
+        "log_likelihood_method": OneOf("auto", "exact", "is"),
         "max_iter": Integer(1),
         "n_init": Integer(1),
         "inner_iter": Integer(1),
@@ -204,8 +251,18 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     def _validate(self, ensemble):
         K = check_n_clusters(self.n_clusters, ensemble.n_samples)
         self._validate_parameters()
+        if self._alpha_estimate() == "gibbs" and self.inference != "cavi":
+            raise ValueError("alpha_estimate='gibbs' replaces the variational fit and needs "
+                             f"inference='cavi'; got inference={self.inference!r} (use "
+                             "alpha_estimate='meanfield' or 'iw')")
         self._check_driver_options()
         return K, resolve_device(self.device), resolve_dtype(self.dtype)
+
+    def _alpha_estimate(self):
+        """``alpha_estimate`` resolved (None: "gibbs" under cavi, else "meanfield")."""
+        if self.alpha_estimate is not None:
+            return self.alpha_estimate
+        return "gibbs" if self.inference == "cavi" else "meanfield"
 
     def initial_beta(self, ensemble, K, rs):
         """A starting beta (K, sum_j k_j) by this estimator's ``init`` ("kmeans": from a
@@ -213,6 +270,8 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         one call per restart, in the order of the restarts."""
         if self.init == "kmeans":
             return cavi.init_beta_kmeans(ensemble, K, rs, n_jobs=self._threads())
+        if self.init == "seeded":
+            return cavi.init_beta_seeded(ensemble, K, rs)
         return cavi.init_beta_random(ensemble, K, rs)
 
     def _threads(self):
@@ -288,7 +347,9 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
                                                 generator=g)
         self.log_marginals_ = info["log_marginals"]
         state.alpha, state.beta = alpha, beta
-        state.gamma = cavi.fold_in(alpha, beta, data)
+        # tol=0 runs the fused numba E-step (the torch path with a tolerance test cost
+        # 8-14 times the mean-field fit, issue 24); 100 fixed passes
+        state.gamma = cavi.fold_in(alpha, beta, data, tol=0.0, max_iter=100)
 
     def _fit(self, ensemble: Ensemble, resume=None):
         K, dev, dtype = self._validate(ensemble)
@@ -298,7 +359,13 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             return self._fit_nuts(ensemble)
         rs = check_random_state(self.random_state)
         data = ensemble.label_data(dev, dtype)
-        if self.inference == "cavi":
+        self.alpha_estimate_ = self._alpha_estimate()
+        self.eta_, self.log_marginal_, self.chain_log_marginals_ = None, None, []
+        self.kept_chain_ = None
+        self.n_alpha_clipped_ = 0
+        if self.alpha_estimate_ == "gibbs":
+            fit = self._fit_gibbs(ensemble, data, K, rs, resume)
+        elif self.inference == "cavi":
             fit = self._drive(self._engine(ensemble, data, K), ensemble, rs, resume)
         else:
             from consensuskit.models.bce.svi import fit_svi
@@ -309,12 +376,57 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
                           random_state=rs, verbose=self.verbose)
             fit = Fit(runs=[run], best=run)
         self.log_marginals_, self.iw_start_ = [], None
-        if self.alpha_estimate == "iw":
+        if self.alpha_estimate_ == "iw":
             self._refine_iw(ensemble, data, K, fit.best.params, rs)
         state = self.set_fitted_state(ensemble, fit)
         self.lower_bound_ = cavi.bound_at(state.alpha, state.beta, state.gamma, data,
                                           smoothing=self.smoothing)
         return self
+
+    def _fit_gibbs(self, ensemble, data, K, rs, resume, features=None, score=None,
+                   digest=""):
+        """``alpha_estimate="gibbs"``: :class:`~consensuskit.models.bce.collapsed_gibbs.
+        CollapsedGibbsEM` with ``n_init`` chains auditioned by
+        :func:`~consensuskit.models.bce.alpha.selection_log_marginal` (the same training
+        rows and random numbers for every chain), the best one run to ``n_sweeps``.  GBCE
+        passes its ``features``
+        (:class:`~consensuskit.models.bce.collapsed_gibbs.FeatureColumns`) and a
+        ``score(seed)`` factory (labels and features scored together)."""
+        from consensuskit.models.bce.collapsed_gibbs import ALPHA_RANGE, CollapsedGibbsEM
+
+        seed = int(rs.randint(2**31 - 1))
+        if score is None:
+            def score(alpha, beta):
+                return bce_alpha.selection_log_marginal(alpha, beta, data, seed=seed)
+        else:
+            score = score(seed)
+
+        engine = CollapsedGibbsEM(ensemble.offset_index(), ensemble.offsets, K,
+                                  lambda rng: self.initial_beta(ensemble, K, rng),
+                                  n_sweeps=self.n_sweeps, n_chains=self.n_init, score=score,
+                                  features=features, dtype=self._dtype, device=self._device)
+        fit = drive(engine, max_iter=engine.total_sweeps, n_runs=1, tol=None, rng=rs,
+                    callback=self.callback,
+                    checkpoint=checkpoint_writer(self, ensemble, digest),
+                    checkpoint_every=self.checkpoint_every, resume=resume,
+                    progress=bool(self.verbose), desc=type(self).__name__, run_name="run",
+                    unit="sweep")
+        best = fit.best
+        p = best.params
+        p.log_marginal = score(p.alpha, p.beta, *(() if features is None
+                                                   else (p.mu, p.sigma2)))
+        self.eta_ = p.eta
+        self.log_marginal_ = p.log_marginal
+        self.chain_log_marginals_ = list(p.audition_scores)
+        self.kept_chain_ = int(p.kept_chain)
+        self.n_alpha_clipped_ = int(p.n_alpha_clipped)
+        if self.n_alpha_clipped_:
+            warnings.warn(
+                f"{type(self).__name__}: Minka's fixed point put an alpha entry outside "
+                f"{ALPHA_RANGE} {self.n_alpha_clipped_} time(s) (a cluster that "
+                "lost every label, or one that takes all of them); it was clipped "
+                "(n_alpha_clipped_)", RuntimeWarning, stacklevel=4)
+        return fit
 
     def _fit_nuts(self, ensemble):
         from consensuskit.models.bce import spec
@@ -392,18 +504,18 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
 
     # ------------------------------------------------------------ likelihood
     def _pointwise_log_likelihood(self, ensemble: Ensemble):
-        r"""Importance-sampling estimate of ``log p(x)`` and its standard error.
+        r"""``log p(x_i)`` per row (``theta_i`` and ``z_i`` summed out) and its variance.
 
-        ``theta_i`` is integrated out and each row's assignments are drawn left to
-        right from their exact conditionals (``S = n_perplexity_samples`` particles;
-        :func:`consensuskit.models.bce.alpha.log_marginal`)::
-
-            log p(x_i) ~= log mean_s prod_j sum_h (alpha_h + n_ish^{<j}) beta_j(h, x_ij)
-                                          / (sum(alpha) + V_i^{<j})
-
-        The mean is unbiased for ``p(x_i)``; its log is biased low by about half the
-        variance below, so the perplexity is slightly conservative.  Variance of each
-        row's estimate (delta method)::
+        ``log_likelihood_method="auto"`` (the default): exact by the count-vector
+        recursion (:func:`consensuskit.models.bce.alpha.exact_log_marginal`, variance 0)
+        when ``C(M+K, K) <=`` :data:`~consensuskit.models.bce.alpha.EXACT_MAX_STATES`,
+        else (and with ``"is"``) importance sampling with ``S = n_perplexity_samples``
+        particles from a defensive mixture of sequential proposals
+        (:func:`consensuskit.models.bce.alpha.mixture_log_weights`: the assignments
+        drawn left to right from their exact conditionals, some particles seeded towards
+        one cluster, which keeps the estimate and its variance honest as alpha goes to
+        0).  The mean weight is unbiased for ``p(x_i)``; its log is biased low by about
+        half the variance below.  Variance of each row's estimate (delta method)::
 
             var_i = Var_s(w_is) / (S * mean_s(w_is)^2)
 
@@ -417,7 +529,7 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             return self.hub_._pointwise_log_likelihood(ensemble)
         data = ensemble.label_data(self._device, self._dtype)
         g = torch_generator(self.random_state, device=self._device)
-        per_row, var = bce_alpha.log_marginal(self._alpha_t, self._beta_t, data,
-                                              self.n_perplexity_samples, g,
-                                              return_row_var=True)
+        per_row, var = bce_alpha.row_log_marginals(self._alpha_t, self._beta_t, data,
+                                                   self.n_perplexity_samples, g,
+                                                   method=self.log_likelihood_method)
         return per_row.cpu().numpy(), var.cpu().numpy()

@@ -52,7 +52,8 @@ def _t(a):
 
 FAST_PATHS = [
     FastPath("bce", "cavi", spec,
-             lambda **o: BCE(n_clusters=3, n_init=1, tol=1e-10, max_iter=300, random_state=0,
+             lambda **o: BCE(n_clusters=3, alpha_estimate="meanfield", n_init=1, tol=1e-10,
+                             max_iter=300, random_state=0,
                              **o),
              objective=objective),
     FastPath("bce", "svi", spec,

@@ -7,6 +7,7 @@ import numbers
 import warnings
 
 import numpy as np
+import torch
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
@@ -126,9 +127,21 @@ class GBCE(BCE):
         ``tol``, ``n_init``, ``inner_iter``, ``init``, ``smoothing``,
         ``n_perplexity_samples``, ``random_state``, ``device``, ``dtype``, ``verbose``,
         ``callback``, ``checkpoint_path``, ``checkpoint_every``), with the same meaning
-        (the callback's ``state`` also holds ``mu`` and ``sigma2``).  ``alpha_estimate``
-        must stay ``"meanfield"``: ``"iw"`` raises ValueError (it refines alpha and beta
-        on the labels alone, which would discard the features' contribution).
+        (the callback's ``state`` also holds ``mu`` and ``sigma2``).
+        ``alpha_estimate``: None (the default) is ``"gibbs"`` with unit weights
+        (``label_weight = 1``, ``feature_weight`` 0 or 1) and ``"meanfield"`` otherwise
+        (``alpha_estimate_`` says which ran).  ``"gibbs"`` estimates ``alpha``,
+        ``beta``, ``mu`` and ``sigma2`` by BCE's collapsed Gibbs Monte Carlo EM
+        (:mod:`consensuskit.models.bce.collapsed_gibbs`) with every observed feature a
+        further column of its row (``feature_sweep``), the Gaussians by eqs. 16-17 on the
+        sampled assignments, and the chains compared by the exact or importance-sampled
+        marginal likelihood of labels and features together
+        (:mod:`consensuskit.models.gbce.selection`); it samples the generative model, so
+        it needs ``label_weight = 1`` and ``feature_weight`` 0 or 1 (else ValueError).
+        ``lower_bound_`` is then NaN and ``lower_bounds_`` the sampler's collapsed log
+        joint per sweep.  ``"meanfield"``: the paper's weighted variational EM (any
+        weights; what ``reproduce/`` uses).  ``"iw"`` raises ValueError (it refines alpha
+        and beta on the labels alone, which would discard the features' contribution).
 
     Attributes
     ----------
@@ -163,7 +176,8 @@ class GBCE(BCE):
 
     Like BCE's, the mean-field ``alpha_`` is biased upward on data simulated from the
     model itself (``alpha`` about 2 against 0.3 there), and ``beta_``, ``mu_`` and
-    ``sigma2_`` with it.  The fit that recovers the parameters within their standard
+    ``sigma2_`` with it; the default ``"gibbs"`` estimate is not
+    (``experiments/gbce_grid.py``).  The fit that recovers the parameters within their standard
     errors is the MAP of the spec with ``theta`` and ``z`` summed out
     (:func:`consensuskit.models.gbce.spec.model_collapsed` with
     :func:`consensuskit.inference.pyro_map.fit_map`, started from this fit); see
@@ -285,9 +299,20 @@ class GBCE(BCE):
                                   smoothing=self.feature_smoothing, device=dev, dtype=dtype,
                                   center=center, spread=spread)
         data = ensemble.label_data(dev, dtype)
-        fit = self._drive(self._engine(ensemble, data, K, features=term), ensemble, rs, resume,
-                          digest)
+        unit = not (np.any(u != 1.0) or np.any((w != 0.0) & (w != 1.0)))
+        self.alpha_estimate_ = self.alpha_estimate or ("gibbs" if unit else "meanfield")
+        self.eta_, self.log_marginal_, self.chain_log_marginals_ = None, None, []
+        self.kept_chain_, self.n_alpha_clipped_ = None, 0
+        self.log_marginals_, self.iw_start_ = [], None
+        if self.alpha_estimate_ == "gibbs":
+            fit = self._fit_gibbs_features(ensemble, data, K, rs, resume, digest, F, u, w,
+                                           center, spread)
+        else:
+            fit = self._drive(self._engine(ensemble, data, K, features=term), ensemble, rs,
+                              resume, digest)
         state = self.set_fitted_state(ensemble, fit)
+        if self.alpha_estimate_ == "gibbs":
+            self.lower_bound_ = float("nan")
         self.n_variance_floored_ = int(state.n_variance_floored)
         if self.n_variance_floored_:
             warnings.warn(
@@ -307,6 +332,43 @@ class GBCE(BCE):
         self.feature_weight_ = w
         self.n_original_features_ = D
         return self
+
+    def _fit_gibbs_features(self, ensemble, data, K, rs, resume, digest, F, u, w, center,
+                            spread):
+        """``alpha_estimate="gibbs"``: BCE's collapsed sampler with the features as further
+        columns (weights 1 only: it samples the generative model, not a weighted one)."""
+        from consensuskit.models.bce.collapsed_gibbs import FeatureColumns
+        from consensuskit.models.gbce.selection import selection_log_marginal
+
+        if np.any(u != 1.0) or np.any((w != 0.0) & (w != 1.0)):
+            raise ValueError(
+                "GBCE(alpha_estimate='gibbs') samples the generative model, in which every "
+                "label and feature counts once: label_weight must be 1 and feature_weight 0 "
+                "or 1; for other weights use alpha_estimate='meanfield' (the paper's "
+                "weighted variational fit)")
+        keep = np.flatnonzero(w > 0)
+        if F is None or keep.size == 0:  # BCE exactly (same draws)
+            fit = self._fit_gibbs(ensemble, data, K, rs, resume, digest=digest)
+            empty = torch.zeros(K, 0, dtype=self._dtype, device=self._device)
+            fit.best.params.mu, fit.best.params.sigma2 = empty, empty.clone()
+            return fit
+        sub = np.asarray(F, dtype=np.float64)[:, keep]
+        obs = ~np.isnan(sub)
+        vals = np.where(obs, sub, 0.0)
+        fc = FeatureColumns(np.ascontiguousarray(vals), np.ascontiguousarray(obs),
+                            np.asarray(center, dtype=np.float64)[keep],
+                            np.asarray(spread, dtype=np.float64)[keep],
+                            float(self.feature_smoothing))
+        codes, offsets = ensemble.offset_index(), ensemble.offsets
+
+        def score(seed):
+            def f(alpha, beta, mu, sigma2):
+                return selection_log_marginal(alpha, beta, mu, sigma2, codes, offsets,
+                                              fc.values, fc.observed, seed=seed)
+            return f
+
+        return self._fit_gibbs(ensemble, data, K, rs, resume, features=fc, score=score,
+                               digest=digest)
 
     # ------------------------------------------------------------------ fold-in
     def predict_proba(self, X, features=None, unknown="error"):

@@ -30,7 +30,8 @@ def check_data():
 
 FAST_PATHS = [
     FastPath("gbce", "cavi", spec,
-             lambda **o: GBCE(n_clusters=3, label_weight=[2.0, 1, 1, 0.5, 1],
+             lambda **o: GBCE(n_clusters=3, alpha_estimate="meanfield",
+                              label_weight=[2.0, 1, 1, 0.5, 1],
                               feature_weight=[1.0, 0.5], n_init=1, tol=1e-13, max_iter=2000,
                               random_state=0, **o),
              data=check_data),

@@ -168,7 +168,7 @@ class MM(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
             self._device, self._dtype = device, dtype
             return self._fit_pyro(ensemble)
         rs = check_random_state(self.random_state)
-        layout = mm_em.prepare(ensemble.label_data(device, dtype))
+        layout = mm_em.prepare(ensemble.codes, ensemble.n_labels, device=device, dtype=dtype)
         init = self._kmeans_init(ensemble, K, rs) if self.init == "kmeans" else "random"
         run = mm_em.fit_em(
             layout,

@@ -8,7 +8,11 @@ Generative process (the paper's symbols in brackets)::
     x_ij      ~ Categorical(theta_j[z_i])              base label (y_ij), observed
                                                       only where it is not missing
 
-``a = label_prior`` and ``b = weight_prior``.  With ``a = b = 1`` the priors
+``a = label_prior`` and ``b = weight_prior`` (floats or tensors: a variant can put a
+hyper-prior on them).  ``pi=`` and ``theta=`` take the parameters themselves as tensors
+(nothing is sampled for them), as BCE's spec takes ``alpha=`` and ``beta=``: a variant
+computes them from its own sites and calls this model, which keeps the rows plate,
+enumeration, masking and simulation.  With ``a = b = 1`` the priors
 are flat and the MAP point is the paper's maximum-likelihood estimate; ``a > 1``
 adds ``a - 1`` pseudo-counts to every label of every component, which keeps a
 label never seen in a component at positive probability (finite held-out
@@ -62,6 +66,8 @@ def model(
     n_rows=None,
     label_prior=1.0,
     weight_prior=1.0,
+    pi=None,
+    theta=None,
     subsample_size=None,
     subsample=None,
     dtype=torch.float64,
@@ -85,6 +91,12 @@ def model(
         hyper-prior can be put on it by a wrapping model.
     weight_prior : float or Tensor
         ``b`` in ``pi ~ Dirichlet(b 1_K)`` (likewise).
+    pi : Tensor (K,), optional
+        Fixed mixing weights: no ``"pi"`` site is sampled and the tensor's gradient flows,
+        so a variant computes ``pi`` from its own sites and hands it over (as BCE's
+        ``alpha=``).  Default: the sample site ``"pi"``.
+    theta : list of M Tensors (K, k_j), or packed (K, sum_j k_j), optional
+        Fixed label distributions (likewise); default the sample sites ``"theta_{j}"``.
     subsample_size, subsample : optional
         Minibatch of the ``rows`` plate (the log joint is rescaled by N / B).
 
@@ -102,13 +114,21 @@ def model(
     n_labels = [int(k) for k in n_labels]
     K = int(n_clusters)
     opts = dict(dtype=dtype, device=device)
-    b = torch.as_tensor(weight_prior, **opts)
-    a = torch.as_tensor(label_prior, **opts)
-    pi = pyro.sample("pi", dist.Dirichlet(b.expand(K)))
-    thetas = []
-    with pyro.plate("components", K, dim=-1):
-        for j, kj in enumerate(n_labels):
-            thetas.append(pyro.sample(f"theta_{j}", dist.Dirichlet(a.expand(kj))))
+    if pi is None:
+        b = torch.as_tensor(weight_prior, **opts)
+        pi = pyro.sample("pi", dist.Dirichlet(b.expand(K)))
+    else:
+        pi = torch.as_tensor(pi, device=device)
+        if tuple(pi.shape[-1:]) != (K,):
+            raise ValueError(f"pi must have shape (K,) = ({K},); got {tuple(pi.shape)}")
+    if theta is None:
+        a = torch.as_tensor(label_prior, **opts)
+        thetas = []
+        with pyro.plate("components", K, dim=-1):
+            for j, kj in enumerate(n_labels):
+                thetas.append(pyro.sample(f"theta_{j}", dist.Dirichlet(a.expand(kj))))
+    else:
+        thetas = _split_theta(theta, n_labels, K, device)
     with rows_plate(labels, n_rows, subsample_size, subsample, device) as (_, batch):
         z = pyro.sample("z", dist.Categorical(pi), infer={"enumerate": "parallel"})
         xs = []
@@ -122,6 +142,39 @@ def model(
                 pyro.sample(f"x_{j}", dist.Categorical(probs), obs=obs.clamp(min=0))
             xs.append(obs)
     return torch.stack(xs, dim=-1)
+
+
+def _split_theta(theta, n_labels, K, device):
+    """Given ``theta`` (list of (K, k_j) or packed (K, sum k_j)) as a checked list."""
+    if isinstance(theta, (list, tuple)):
+        blocks = [torch.as_tensor(t, device=device) for t in theta]
+    else:
+        t = torch.as_tensor(theta, device=device)
+        if t.dim() != 2 or t.shape[-1] != sum(n_labels):
+            raise ValueError(f"a packed theta must have shape (K, sum(n_labels)) = ({K}, "
+                             f"{sum(n_labels)}); got {tuple(t.shape)}")
+        blocks = list(torch.split(t, list(n_labels), dim=-1))
+    if len(blocks) != len(n_labels):
+        raise ValueError(f"theta must hold one (K, k_j) block per base clustering "
+                         f"({len(n_labels)}); got {len(blocks)}")
+    for j, (b, kj) in enumerate(zip(blocks, n_labels)):
+        if tuple(b.shape[-2:]) != (K, kj):
+            raise ValueError(f"theta[{j}] must have shape (K, k_j) = ({K}, {kj}); got "
+                             f"{tuple(b.shape)}")
+    return blocks
+
+
+def _hand_written_potential(labels, **model_kwargs):
+    """:func:`consensuskit.models.mm.potential.mm_potential` (numba; imported on first use)."""
+    from consensuskit.models.mm.potential import mm_potential
+
+    return mm_potential(labels, **model_kwargs)
+
+
+#: The spec's collapsed potential with its gradient by hand, which
+#: :func:`consensuskit.inference.compiled_potential.build_potential` uses for NUTS and MAP.
+model.potential = _hand_written_potential
+_hand_written_potential.sampled_sites = ("pi", "theta")
 
 
 def map_guide(

@@ -65,6 +65,15 @@ def predictive_parameters(Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
         return get_prior(prior).conditional_log_weights(Nk, alpha0), np.log(theta)
 
 
+def _log_dirichlet(rng, conc):
+    """Log of Dirichlet draws with concentrations ``conc`` (..., k) over the last axis, on
+    the log scale (``Gamma(a) = Gamma(a + 1) U^(1/a)``) so that small concentrations do not
+    underflow to exact zeros."""
+    conc = np.asarray(conc, dtype=np.float64)
+    logg = np.log(rng.standard_gamma(conc + 1.0)) + np.log(rng.random(conc.shape)) / conc
+    return logg - logsumexp(logg, axis=-1, keepdims=True)
+
+
 def _component_loglik(idx, log_theta):
     """sum_{j observed} log theta[k, idx_ij] -> (n, T); idx (n, M) global, -1 missing."""
     n, M = idx.shape
@@ -74,6 +83,10 @@ def _component_loglik(idx, log_theta):
         obs = col >= 0
         out[obs] += log_theta[:, col[obs]].T
     return out
+
+
+#: truncations up to this are allowed even above the number of rows (small data sets)
+MAX_TRUNCATION_BELOW_N = 100
 
 
 class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
@@ -275,6 +288,13 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
 
     def _validate(self, ens):
         self._validate_parameters()
+        T = None if self.truncation is None else int(self.truncation)
+        if T is not None and T > max(ens.n_samples, MAX_TRUNCATION_BELOW_N):
+            raise ValueError(
+                f"truncation={T} exceeds the {ens.n_samples} rows (and "
+                f"{MAX_TRUNCATION_BELOW_N}): at most one cluster per row can be occupied, and "
+                f"every sweep and table grows with truncation (T x (N + sum k_j) values); use "
+                f"truncation <= {max(ens.n_samples, MAX_TRUNCATION_BELOW_N)}")
         if self.inference == "vb" and self.prior != "fsd":
             raise ValueError(
                 "inference='vb' is defined for prior='fsd' only (paper section 5.2); "
@@ -413,6 +433,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             np.add.at(rs_sum.T, col_of, rho.T)
             self._log_pi = np.log(xi / xi.sum())
             self._log_theta = np.log(rho / rs_sum[:, col_of])
+            self._q_params = ("fsd", xi, rho)  # q(pi) = Dir(xi), q(theta_kj) = Dir(rho_kj)
         else:
             run = CVB(self._idx_train, ens.n_labels, T, prior=self.prior, alpha0=self.alpha0,
                       beta=self.beta, **engine_kw).run(**drive_kw).best
@@ -426,11 +447,14 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
                     "dtype='float64' keeps the drift at round-off level",
                     RuntimeWarning, stacklevel=4,
                 )
+            Nk, Nkl = out.Nk.double().cpu().numpy(), out.Nkl.double().cpu().numpy()
             self._log_pi, self._log_theta = predictive_parameters(
-                out.Nk.double().cpu().numpy(), out.Nkl.double().cpu().numpy(),
-                out.Nkm.double().cpu().numpy(), out.alpha0, out.beta,
+                Nk, Nkl, out.Nkm.double().cpu().numpy(), out.alpha0, out.beta,
                 ens.n_labels, self.prior,
             )
+            # the parameters' posterior given the expected counts (conjugate)
+            self._q_params = (self.prior, (float(out.alpha0), np.clip(Nk, 0.0, None)),
+                              float(out.beta) + np.clip(Nkl, 0.0, None))
         gamma = out.gamma.double().cpu().numpy()
         hard = gamma.argmax(1)
         kept, first = np.unique(hard, return_index=True)
@@ -569,6 +593,78 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
                 out[ds, rs] = logsumexp(ll, axis=1)
         return out
 
+    def _draw_counts(self, draws):
+        """Counts of the draws ``draws`` (slice over chains x draws): ``N_k`` (d, T), ``N_kl``
+        (d, T, L), ``N_kj`` (d, T, M) and ``z`` (d, N)."""
+        o = self.samples_
+        T = o["counts"].shape[-1]
+        D = o["log_joint"].size
+        if "z" not in o:
+            raise ValueError("NBCE's leave-one-out log-likelihood needs the draws of z "
+                             "(gibbs_nbce(store_z=True))")
+        z = o["z"].reshape(D, -1)[draws].astype(np.int64)
+        if "label_counts" in o:
+            Nkl = o["label_counts"].reshape(D, T, -1)[draws]
+            Nkm = o["col_counts"].reshape(D, T, -1)[draws]
+        else:
+            Nkl, Nkm = (np.stack(a) for a in zip(*(
+                draw_counts(self._idx_train, zd, T, o["n_labels"]) for zd in z)))
+        return (o["counts"].reshape(D, T)[draws].astype(np.float64),
+                Nkl.astype(np.float64), Nkm.astype(np.float64), z)
+
+    def _row_logliks_loo(self, block_elements=2**21):
+        """(S, N) ``log p(x_i | z_{-i}, x_{-i}, alpha0, beta)`` of the training rows for every
+        retained draw: the row's own assignment removed from the draw's counts and ``z_i``
+        summed out (the collapsed predictive of row i given the other rows).
+
+        Why this is the pointwise log-likelihood PSIS-LOO needs: with ``u = (z_{-i},
+        alpha0, beta)`` drawn from the full posterior, ``p(u | x) = p(x_i | u, x_{-i})
+        p(u | x_{-i}) / p(x_i | x_{-i})``, so ``E[1 / p(x_i | u, x_{-i}) | x] = 1 / p(x_i |
+        x_{-i})``: the importance ratios ``1 / p(x_i | u, x_{-i})`` turn the posterior
+        into the leave-one-out posterior exactly, and the harmonic mean the importance
+        sampling computes is the brute-force leave-one-out predictive.  (The in-sample
+        :meth:`_row_logliks_gibbs` keeps row i in the counts: its importance ratios do not
+        remove ``x_i`` and the resulting LOO is optimistic.)  Exact given each draw: pi and
+        theta are conjugate (Dirichlet / stick-breaking) given the other rows' counts.
+        """
+        idx = self._idx_train
+        n, M = idx.shape
+        o = self.samples_
+        D = o["log_joint"].size
+        T = o["counts"].shape[-1]
+        prior = get_prior(o["prior"])
+        n_labels = np.asarray(o["n_labels"])
+        obs = idx >= 0
+        safe = np.where(obs, idx, 0)
+        col_of_obs = np.broadcast_to(np.arange(M), idx.shape)
+        rows = max(1, min(n, block_elements // (T * max(M, 1))))
+        out = np.empty((D, n))
+        for d0 in range(D):
+            ds = slice(d0, d0 + 1)
+            Nk, Nkl, Nkm, z = self._draw_counts(ds)
+            Nk, Nkl, Nkm, z = Nk[0], Nkl[0], Nkm[0], z[0]
+            a0 = float(np.asarray(o["alpha0"]).reshape(D)[d0])
+            b = float(np.asarray(o["beta"]).reshape(D)[d0])
+            log_num = np.log(b + Nkl)  # (T, L)
+            log_den = np.log(n_labels[None, :] * b + Nkm)  # (T, M)
+            for r0 in range(0, n, rows):
+                rs = slice(r0, min(n, r0 + rows))
+                zi = z[rs]  # (r,)
+                ob, sf, cj = obs[rs], safe[rs], col_of_obs[rs]
+                # every component with the full counts: (T, r)
+                full = np.where(ob[None], log_num[:, sf] - log_den[:, cj], 0.0).sum(-1)
+                # the row's own component with its labels removed from the counts: (r,)
+                # (unobserved entries read a dummy count: replaced by 1 before the log)
+                num = np.where(ob, b + Nkl[zi[:, None], sf] - 1.0, 1.0)
+                den = np.where(ob, n_labels[None, :] * b + Nkm[zi[:, None], cj] - 1.0, 1.0)
+                own = (np.log(num) - np.log(den)).sum(-1)
+                full[zi, np.arange(zi.size)] = own
+                nk = np.repeat(Nk[None], zi.size, 0)
+                nk[np.arange(zi.size), zi] -= 1.0
+                lw = prior.conditional_log_weights(nk, a0)  # (r, T)
+                out[d0, rs] = logsumexp(lw.T + full, axis=0)
+        return out
+
     def _pointwise_log_likelihood(self, ensemble: Ensemble):
         """Per-row log predictive probability of the observed labels of ``ensemble``'s rows.
 
@@ -595,12 +691,117 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         ll = logsumexp(self._log_pi[None, :] + _component_loglik(idx, self._log_theta), axis=1)
         return ll, np.zeros_like(ll)
 
+    def _variational_parameter_draws(self, n_draws, rng):
+        """``n_draws`` draws of ``(log pi (D, T), log theta (D, T, L))`` from the fitted
+        approximate posterior: VB's ``q(pi) q(theta)``; CVB's conjugate posterior given its
+        expected counts (``pi`` Dirichlet (FSD) or stick-breaking Betas (TSB), ``theta_kj ~
+        Dir(beta + E N_kj.)``)."""
+        prior, pi_par, rho = self._q_params
+        T, L = rho.shape
+        n_labels = np.asarray(self.ensemble_.n_labels)
+        off = np.concatenate([[0], np.cumsum(n_labels)])
+        if prior == "fsd" and not isinstance(pi_par, tuple):
+            log_pi = _log_dirichlet(rng, np.broadcast_to(pi_par, (n_draws, T)))
+        elif prior == "fsd":
+            a0, Nk = pi_par
+            log_pi = _log_dirichlet(rng, np.broadcast_to(a0 / T + Nk, (n_draws, T)))
+        else:  # truncated stick-breaking: v_k ~ Beta(1 + N_k, alpha0 + N_{>k}), v_T = 1
+            a0, Nk = pi_par
+            gt = np.cumsum(Nk[::-1])[::-1] - Nk
+            v = rng.beta(1.0 + Nk[:-1], a0 + gt[:-1], size=(n_draws, T - 1))
+            v = np.concatenate([v, np.ones((n_draws, 1))], 1)
+            rest = np.concatenate([np.ones((n_draws, 1)), np.cumprod(1.0 - v[:, :-1], 1)], 1)
+            with np.errstate(divide="ignore"):
+                log_pi = np.log(v * rest)
+        log_theta = np.empty((n_draws, T, L))
+        for j in range(n_labels.size):
+            log_theta[:, :, off[j]:off[j + 1]] = _log_dirichlet(
+                rng, np.broadcast_to(rho[None, :, off[j]:off[j + 1]],
+                                     (n_draws, T, n_labels[j])))
+        return log_pi, log_theta
+
+    def _seeded_variational_draws(self):
+        """VB / CVB: the ``n_samples * n_chains`` parameter draws of ``inference_data_``
+        (seeded by ``random_state``: the same draws at every call)."""
+        rng = np.random.default_rng(check_random_state(self.random_state).randint(2**31 - 1))
+        return self._variational_parameter_draws(int(self.n_samples * self.n_chains), rng)
+
+    def _posterior_for_arviz(self):
+        """Gibbs: the permutation-invariant traces.  VB / CVB: the mixing weights ``pi``
+        (1, D, T) of the approximate-posterior draws the log-likelihood group is computed
+        at (component order as fitted: one mode, no label switching)."""
+        if self.inference == "gibbs":
+            return self._arviz_posterior
+        lp, _ = self._seeded_variational_draws()
+        return {"pi": np.exp(lp)[None]}
+
     def _log_likelihood_draws(self):
-        """Gibbs: training rows' log p(x_i | draw's posterior-mean parameters), (C, S, n)."""
+        """The training rows' pointwise log-likelihood for PSIS-LOO, (chains, draws, N).
+
+        Gibbs: :meth:`_row_logliks_loo` (each row's own assignment removed from the draw's
+        counts, ``z_i`` summed out).  VB / CVB: ``log p(x_i | pi, theta)`` for
+        ``n_samples * n_chains`` draws of ``(pi, theta)`` from the approximate posterior
+        (:meth:`_variational_parameter_draws`, seeded by ``random_state``; one chain):
+        LOO then importance-samples from the *variational* posterior, which
+        ``inference_data_``'s attributes say (``log_likelihood_draws``).
+        """
+        check_is_fitted(self, "labels_")
+        if self.inference == "gibbs":
+            C, S = self.samples_["log_joint"].shape
+            return self._row_logliks_loo().reshape(C, S, -1)
+        lp, lt = self._seeded_variational_draws()
+        idx = self.ensemble_.offset_index()
+        ll = np.stack([logsumexp(a[None, :] + _component_loglik(idx, b), axis=1)
+                       for a, b in zip(lp, lt)])
+        return ll[None]
+
+    def _posterior_predictive_draws(self, rng):
+        """Gibbs: per draw, ``theta_kj ~ Dir(beta + N_kj.)`` given the draw's counts and
+        ``x_ij ~ Cat(theta_{z_i j})`` with the draw's own ``z_i``: (C, S, N, M) codes."""
         if self.inference != "gibbs":
-            return super()._log_likelihood_draws()
+            return super()._posterior_predictive_draws(rng)
         C, S = self.samples_["log_joint"].shape
-        return self._row_logliks_gibbs(self.ensemble_.offset_index()).reshape(C, S, -1)
+        n_labels = np.asarray(self.samples_["n_labels"])
+        off = np.concatenate([[0], np.cumsum(n_labels)])
+        N, M = self._idx_train.shape
+        gen = np.random.default_rng(rng.randint(2**31 - 1))
+        out = np.empty((C * S, N, M), dtype=np.int64)
+        beta = np.asarray(self.samples_["beta"], dtype=np.float64).reshape(-1)
+        for d in range(C * S):
+            _, Nkl, _, z = self._draw_counts(slice(d, d + 1))
+            for j in range(M):
+                lt = _log_dirichlet(gen, beta[d] + Nkl[0][:, off[j]:off[j + 1]])  # (T, k_j)
+                cdf = np.cumsum(np.exp(lt[z[0]]), axis=1)  # (N, k_j)
+                u = gen.random((N, 1)) * cdf[:, -1:]
+                out[d, :, j] = np.minimum((u > cdf).sum(1), n_labels[j] - 1)
+        return out.reshape(C, S, N, M)
+
+    def _sample_stats_for_arviz(self):
+        """Gibbs: per draw ``lp`` (the log joint of z, alpha0, beta and the data) and
+        ``n_clusters`` (occupied components); the move acceptance rates are per chain
+        (attributes, :meth:`_arviz_group_attrs`)."""
+        if self.inference != "gibbs":
+            return {}
+        return {"lp": self.samples_["log_joint"], "n_clusters": self.samples_["n_occupied"]}
+
+    def _arviz_group_attrs(self):
+        if self.inference != "gibbs":
+            return {}
+        ms = np.asarray(self.samples_["move_stats"], dtype=np.float64)  # (C, 7)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return {"sample_stats": {
+                "split_acceptance_rate_per_chain": (ms[:, 0] / ms[:, 2]).tolist(),
+                "merge_acceptance_rate_per_chain": (ms[:, 1] / ms[:, 3]).tolist(),
+                "splits_proposed_per_chain": ms[:, 2].astype(int).tolist(),
+                "merges_proposed_per_chain": ms[:, 3].astype(int).tolist(),
+                "group_moves_changed_per_chain": ms[:, 6].astype(int).tolist(),
+                "sampler": "collapsed Gibbs with split-merge and group moves"}}
+
+    def _log_likelihood_kind(self):
+        return ("collapsed Gibbs: log p(x_i | z_-i, x_-i, alpha0, beta) per draw"
+                if self.inference == "gibbs" else
+                f"{self.inference.upper()}: log p(x_i | pi, theta), (pi, theta) drawn from the "
+                "approximate (variational) posterior")
 
     # -------------------------------------------------------------- predict
     def predict_proba(self, X, unknown="error"):

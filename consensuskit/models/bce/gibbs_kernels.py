@@ -1,0 +1,209 @@
+"""Numba kernels of BCE's collapsed Gibbs sampler (:mod:`consensuskit.models.bce.collapsed_gibbs`).
+
+BCE is latent Dirichlet allocation with the rows as documents and each base clustering
+as its own vocabulary.  With ``theta_i`` and ``beta`` integrated out (``beta_jh ~
+Dirichlet(eta)``, symmetric), the conditional of one assignment given all others is
+(Griffiths & Steyvers 2004)::
+
+    p(z_ij = h | z_-ij, x) ∝ (alpha_h + n_ih^-) (c_{x_ij, h}^- + eta) / (c_jh^- + k_j eta)
+
+``n_ih`` counts row ``i``'s labels assigned to ``h``; ``c_{r,h}`` the labels ``r`` (a
+global label index ``offsets[j] + r``) assigned to ``h``; ``c_jh`` all labels of column
+``j`` assigned to ``h``; ``-`` means without ``z_ij`` itself.
+
+State arrays (int32 counts, updated in place):
+
+=========  ========  ===================================================
+``codes``  (N, M)    global label index, -1 where missing
+``z``      (N, M)    assignments, -1 where missing
+``nrow``   (N, K)    ``n_ih``
+``clab``   (L, K)    ``c_{r,h}``
+``ccol``   (M, K)    ``c_jh``
+=========  ========  ===================================================
+
+Every kernel seeds numba's generator from its ``seed`` argument, so a call is a
+deterministic function of its inputs (callers draw the seed from their own
+``RandomState``: fits are reproducible and exactly resumable).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["initial_assignments", "sweep", "feature_sweep", "add_rows", "count_histogram"]
+
+
+@njit(cache=True)
+def initial_assignments(codes, log_beta, mix, seed, z, nrow, clab, ccol):
+    """Draw a first ``z``: ``z_ij ∝ beta0(x_ij, h) q_ih``, ``q_i`` the row's mixture posterior.
+
+    ``q_ih ∝ prod_j beta0(x_ij, h)`` (uniform weights), mixed with the uniform
+    distribution in proportion ``mix`` so that rows start with some spread.  ``log_beta``
+    (L, K) the initial label distributions (``log beta0``).  Fills ``z``, ``nrow``,
+    ``clab``, ``ccol`` (zeroed first).
+    """
+    np.random.seed(seed)  # noqa: NPY002 - numba's own generator, seeded per call
+    N, M = codes.shape
+    K = log_beta.shape[1]
+    nrow[:] = 0
+    clab[:] = 0
+    ccol[:] = 0
+    q = np.empty(K)
+    p = np.empty(K)
+    for i in range(N):
+        for h in range(K):
+            q[h] = 0.0
+        for j in range(M):
+            x = codes[i, j]
+            if x >= 0:
+                for h in range(K):
+                    q[h] += log_beta[x, h]
+        top = q.max()
+        tot = 0.0
+        for h in range(K):
+            q[h] = np.exp(q[h] - top)
+            tot += q[h]
+        for h in range(K):
+            q[h] = (1.0 - mix) * q[h] / tot + mix / K
+        for j in range(M):
+            x = codes[i, j]
+            if x < 0:
+                z[i, j] = -1
+                continue
+            tot = 0.0
+            for h in range(K):
+                tot += q[h] * np.exp(log_beta[x, h])
+                p[h] = tot
+            u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded above
+            h = 0
+            while h < K - 1 and p[h] <= u:
+                h += 1
+            z[i, j] = h
+            nrow[i, h] += 1
+            clab[x, h] += 1
+            ccol[j, h] += 1
+
+
+@njit(cache=True)
+def sweep(codes, z, nrow, clab, ccol, alpha, eta, n_labels, seed):
+    """One systematic-scan sweep of the collapsed conditionals (module docstring).
+
+    ``alpha`` (K,), ``eta`` float, ``n_labels`` (M,) float64 (``k_j``).  Updates the
+    state in place.
+    """
+    np.random.seed(seed)  # noqa: NPY002 - numba's own generator, seeded per call
+    N, M = codes.shape
+    K = alpha.shape[0]
+    p = np.empty(K)
+    inv = np.empty((M, K))  # 1 / (c_jh + k_j eta), kept current as counts move
+    for j in range(M):
+        for h in range(K):
+            inv[j, h] = 1.0 / (ccol[j, h] + n_labels[j] * eta)
+    for i in range(N):
+        for j in range(M):
+            x = codes[i, j]
+            if x < 0:
+                continue
+            h = z[i, j]
+            nrow[i, h] -= 1
+            clab[x, h] -= 1
+            ccol[j, h] -= 1
+            inv[j, h] = 1.0 / (ccol[j, h] + n_labels[j] * eta)
+            tot = 0.0
+            for k in range(K):
+                tot += (alpha[k] + nrow[i, k]) * (clab[x, k] + eta) * inv[j, k]
+                p[k] = tot
+            u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded above
+            h = 0
+            while h < K - 1 and p[h] <= u:
+                h += 1
+            z[i, j] = h
+            nrow[i, h] += 1
+            clab[x, h] += 1
+            ccol[j, h] += 1
+            inv[j, h] = 1.0 / (ccol[j, h] + n_labels[j] * eta)
+
+
+@njit(cache=True)
+def count_histogram(nrow, max_count, hist):
+    """``hist[h, c] +=`` the number of rows with ``n_ih = c`` (``hist`` (K, max_count + 1))."""
+    N, K = nrow.shape
+    for i in range(N):
+        for h in range(K):
+            hist[h, nrow[i, h]] += 1
+
+
+@njit(cache=True)
+def feature_sweep(values, observed, zf, nrow, mu, sigma2, alpha, seed):
+    """One sweep over GBCE's feature assignments ``z_if`` (the labels' are :func:`sweep`).
+
+    ``p(z_if = h | rest) ∝ (alpha_h + n_ih^-) Normal(o_if | mu_hf, sigma2_hf)`` with the
+    Gaussians held at their current point estimates.  ``values`` (N, D) float64,
+    ``observed`` (N, D) bool, ``zf`` (N, D) int32 (-1 where not observed), ``nrow``
+    (N, K) counts labels and features together; ``mu``, ``sigma2`` (K, D).
+    """
+    np.random.seed(seed)  # noqa: NPY002 - numba's own generator, seeded per call
+    N, D = values.shape
+    K = alpha.shape[0]
+    logp = np.empty(K)
+    p = np.empty(K)
+    half_log_s2 = 0.5 * np.log(sigma2)
+    inv_s2 = 1.0 / sigma2
+    for i in range(N):
+        for f in range(D):
+            if not observed[i, f]:
+                continue
+            h = zf[i, f]
+            nrow[i, h] -= 1
+            o = values[i, f]
+            top = -np.inf
+            for k in range(K):
+                d = o - mu[k, f]
+                logp[k] = -0.5 * d * d * inv_s2[k, f] - half_log_s2[k, f]
+                if logp[k] > top:
+                    top = logp[k]
+            tot = 0.0
+            for k in range(K):
+                tot += (alpha[k] + nrow[i, k]) * np.exp(logp[k] - top)
+                p[k] = tot
+            u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded above
+            h = 0
+            while h < K - 1 and p[h] <= u:
+                h += 1
+            zf[i, f] = h
+            nrow[i, h] += 1
+
+
+@njit(cache=True)
+def add_rows(codes, rows, z, nrow, clab, ccol, alpha, eta, n_labels, seed):
+    """Give rows ``rows`` (int64 indices into ``codes``) their first assignments, one label at a
+    time from the collapsed conditional given everything assigned so far, and count them
+    (the sequential initialisation of Griffiths & Steyvers 2004).  ``z[rows]`` and
+    ``nrow[rows]`` are overwritten."""
+    np.random.seed(seed)  # noqa: NPY002 - numba's own generator, seeded per call
+    M = codes.shape[1]
+    K = alpha.shape[0]
+    p = np.empty(K)
+    for t in range(rows.shape[0]):
+        i = rows[t]
+        for k in range(K):
+            nrow[i, k] = 0
+        for j in range(M):
+            x = codes[i, j]
+            if x < 0:
+                z[i, j] = -1
+                continue
+            tot = 0.0
+            for k in range(K):
+                tot += ((alpha[k] + nrow[i, k]) * (clab[x, k] + eta)
+                        / (ccol[j, k] + n_labels[j] * eta))
+                p[k] = tot
+            u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded above
+            h = 0
+            while h < K - 1 and p[h] <= u:
+                h += 1
+            z[i, j] = h
+            nrow[i, h] += 1
+            clab[x, h] += 1
+            ccol[j, h] += 1

@@ -1,0 +1,112 @@
+"""Peak memory per label of ``Ensemble.from_labels`` and of BCE, MM and NBCE fits.
+
+Each case runs in a fresh subprocess (``python bench_memory.py --case NAME --n N --m M``)
+that builds an (N, M) int8 label matrix (K planted clusters, 10 labels per column, 5%
+missing), then runs the case; the parent reads the child's ``ru_maxrss`` (peak resident
+set, input included) and prints it in GiB and in bytes per label (``N * M``), beside the
+baseline of a child that only imports the package and builds the input (``input``; the
+imports alone are ~0.3 GiB, so bytes per label mean something only for large N) and the
+child's CPU and wall seconds.  ``PYTHONPATH`` picks the checkout measured (e.g. main's, for
+the numbers before a change).  One thread (OMP/MKL/NUMBA threads 1).
+
+Fits are short (a few iterations, one restart): memory, not convergence, is measured.
+
+Usage::
+
+    python experiments/bench_memory.py [--n 1000000] [--m 20] [--cases input,from_labels,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+CASES = ["input", "from_labels", "bce", "bce_float32", "mm", "nbce"]
+
+
+def labels(n, m, k=10, seed=0, missing=0.05):
+    """(n, m) int8 labels, built a column at a time (no int64 (n, m) temporary)."""
+    rng = np.random.default_rng(seed)
+    z = rng.integers(4, size=n).astype(np.int8)
+    X = np.empty((n, m), dtype=np.int8)
+    for j in range(m):
+        col = np.where(rng.random(n) < 0.7, z, rng.integers(k, size=n).astype(np.int8))
+        col[rng.random(n) < missing] = -1
+        X[:, j] = col
+    X[:, 0] = z  # every row keeps an observed label
+    return X
+
+
+def run_case(case, n, m):
+    import torch  # noqa: F401  (every case, "input" included, pays the same imports)
+
+    import consensuskit  # noqa: F401
+
+    X = labels(n, m)
+    c0, t0 = time.process_time(), time.perf_counter()
+    if case == "from_labels":
+        from consensuskit.data.ensemble import Ensemble
+
+        Ensemble.from_labels(X)
+    elif case in ("bce", "bce_float32"):
+        from consensuskit import BCE
+
+        BCE(n_clusters=4, max_iter=3, n_init=1, init="random", n_perplexity_samples=10,
+            dtype="float32" if case == "bce_float32" else "float64", random_state=0).fit(X)
+    elif case == "mm":
+        from consensuskit import MM
+
+        MM(n_clusters=4, max_iter=3, n_init=1, random_state=0).fit(X)
+    elif case == "nbce":
+        from consensuskit import NBCE
+
+        NBCE(truncation=8, n_samples=2, burn_in=1, n_chains=1, random_state=0).fit(X)
+    elif case != "input":
+        raise SystemExit(f"unknown case {case}")
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"case": case, "peak": peak, "cpu": cpu, "wall": wall}))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--m", type=int, default=20)
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--case", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.case:
+        run_case(args.case, args.n, args.m)
+        return
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", NUMBA_NUM_THREADS="1",
+               OPENBLAS_NUM_THREADS="1")
+    n_lab = args.n * args.m
+    print(f"N={args.n:,} x M={args.m}: {n_lab:,} labels (int8 input "
+          f"{n_lab / 2**30:.3f} GiB); peak RSS of a fresh process per case, input included")
+    print(f"{'case':14s} {'peak GiB':>9s} {'B/label':>8s} {'above input':>12s} "
+          f"{'CPU s':>7s} {'wall s':>7s}")
+    base = None
+    for case in args.cases.split(","):
+        proc = subprocess.run([sys.executable, __file__, "--case", case, "--n", str(args.n),
+                               "--m", str(args.m)], env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"{case:14s} failed: {proc.stderr.strip().splitlines()[-1:]}")
+            continue
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        if case == "input":
+            base = r["peak"]
+        above = "" if base is None else f"{(r['peak'] - base) / n_lab:.1f}"
+        print(f"{case:14s} {r['peak'] / 2**30:9.3f} {r['peak'] / n_lab:8.1f} {above:>12s} "
+              f"{r['cpu']:7.2f} {r['wall']:7.2f}")
+    _ = resource
+
+
+if __name__ == "__main__":
+    main()
