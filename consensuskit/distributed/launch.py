@@ -34,7 +34,8 @@ from consensuskit.base import (
     check_positive_int,
     resolve_dtype,
 )
-from consensuskit.data.ensemble import Ensemble, as_ensemble, labels_to_int
+from consensuskit.data.ensemble import Ensemble, as_ensemble
+from consensuskit.data.label_input import labels_to_int
 from consensuskit.distributed._worker import (
     beta_columns,
     column_ensemble,

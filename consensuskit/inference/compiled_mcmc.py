@@ -14,9 +14,10 @@ import time
 import numpy as np
 import pyro
 import torch
-from pyro.infer import MCMC, NUTS
+from pyro.infer import MCMC
 
 from consensuskit.inference.compiled_potential import FlatPotential, build_potential
+from consensuskit.inference.pyro_mcmc import SAMPLE_STATS, RecordingNUTS, _stats_arrays
 
 __all__ = ["fit_nuts_compiled"]
 
@@ -40,7 +41,9 @@ def fit_nuts_compiled(model, labels, *, model_kwargs, num_samples=500, warmup_st
     samples : dict site -> Tensor (num_chains, num_samples, ...), constrained values
     info : dict
         ``seconds`` (CPU, building the potential included), ``build_seconds``,
-        ``divergences`` and ``accept_prob`` per chain, ``potential`` (its method).
+        ``divergences`` and ``accept_prob`` per chain, ``potential`` (its method), and, as
+        :func:`~consensuskit.inference.pyro_mcmc.fit_nuts`, ``sample_stats`` and
+        ``warmup_stats`` (:class:`~consensuskit.inference.pyro_mcmc.RecordingNUTS`).
     """
     rs = np.random.default_rng(seed)
     t0 = time.process_time()
@@ -49,13 +52,14 @@ def fit_nuts_compiled(model, labels, *, model_kwargs, num_samples=500, warmup_st
                                     max_plate_nesting=max_plate_nesting, method=method,
                                     compile=compile)
     build = time.process_time() - t0
-    per_chain, div, acc = [], [], []
+    per_chain, div, acc, stats, warm = [], [], [], [], []
     for _ in range(num_chains):
         chain_seed = int(rs.integers(2**31 - 1))
         pyro.set_rng_seed(chain_seed)
         init = potential.init(np.random.default_rng(chain_seed))
-        kernel = NUTS(potential_fn=potential.potential_fn, target_accept_prob=target_accept_prob,
-                      max_tree_depth=max_tree_depth, full_mass=full_mass)
+        kernel = RecordingNUTS(potential_fn=potential.potential_fn,
+                               target_accept_prob=target_accept_prob,
+                               max_tree_depth=max_tree_depth, full_mass=full_mass)
         mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps,
                     num_chains=1, initial_params=init, transforms=potential.transforms,
                     disable_progbar=not progress)
@@ -63,7 +67,13 @@ def fit_nuts_compiled(model, labels, *, model_kwargs, num_samples=500, warmup_st
         per_chain.append(mcmc.get_samples())
         diag = mcmc.diagnostics()
         div.append(sum(len(v) for v in diag.get("divergences", {}).values()))
-        acc.append(float(np.mean(list(diag.get("acceptance rate", {}).values()) or [np.nan])))
+        stats.append(_stats_arrays(kernel.records, warmup=False))
+        warm.append(_stats_arrays(kernel.records, warmup=True))
+        acc.append(float(np.mean(stats[-1]["acceptance_rate"])))
     samples = {k: torch.stack([s[k] for s in per_chain]) for k in per_chain[0]}
+    sample_stats = {k: np.stack([s[k] for s in stats]) for k in SAMPLE_STATS}
+    warmup_stats = {k: np.stack([s[k] for s in warm]) for k in SAMPLE_STATS}
     return samples, {"seconds": time.process_time() - t0, "build_seconds": build,
-                     "divergences": div, "accept_prob": acc, "potential": potential.method}
+                     "divergences": div, "accept_prob": acc, "potential": potential.method,
+                     "sample_stats": sample_stats, "warmup_stats": warmup_stats,
+                     "target_accept_prob": target_accept_prob}

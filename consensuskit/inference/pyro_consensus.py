@@ -357,13 +357,26 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         return {k: v[None] for k, v in draws.items()}
 
     def _fit_nuts(self, labels, kw, P, seed):
+        """NUTS on the spec: on its hand-written potential and gradient where the spec has
+        one and the call fixes none of the sites it samples (the built-in MM spec:
+        :mod:`consensuskit.inference.compiled_potential`; same sampler, same output),
+        else on Pyro's potential (``potential_`` says which)."""
+        from consensuskit.inference.compiled_potential import hand_written_potential
         from consensuskit.inference.pyro_mcmc import fit_nuts
 
-        samples, info = fit_nuts(self.model, labels, model_kwargs=kw,
-                                 num_samples=self.num_samples, warmup_steps=self.warmup_steps,
-                                 num_chains=self.num_chains, max_plate_nesting=P,
-                                 max_tree_depth=self.max_tree_depth, seed=seed,
-                                 progress=self.verbose)
+        builder = hand_written_potential(self.model)
+        fixed = [k for k in getattr(builder, "sampled_sites", ()) if kw.get(k) is not None]
+        run = dict(model_kwargs=kw, num_samples=self.num_samples,
+                   warmup_steps=self.warmup_steps, num_chains=self.num_chains,
+                   max_plate_nesting=P, max_tree_depth=self.max_tree_depth, seed=seed,
+                   progress=self.verbose)
+        if builder is not None and not fixed:
+            from consensuskit.inference.compiled_mcmc import fit_nuts_compiled
+
+            samples, info = fit_nuts_compiled(self.model, labels, method="hand-written", **run)
+        else:
+            samples, info = fit_nuts(self.model, labels, **run)
+        self.potential_ = info.get("potential", "pyro")
         self.mcmc_info_ = info
         self.all_samples_ = {k: v.detach().cpu().numpy() for k, v in samples.items()}
         self._check_chains(info["sample_stats"]["lp"])
