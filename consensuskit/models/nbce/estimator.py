@@ -24,6 +24,7 @@ from consensuskit.models.nbce.cvb import CVB
 from consensuskit.models.nbce.gibbs import (
     co_clustering,
     draw_counts,
+    draw_memberships,
     gibbs_nbce,
     point_consensus,
     relabel_by_size,
@@ -124,14 +125,11 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         mostly decided from the cluster counts; 0 turns the group moves off and leaves
         single-site Gibbs).
     point_estimate : {"vi", "binder", "dahl"}, default "vi"
-        Gibbs: how ``labels_`` is made from the draws.  ``"vi"`` / ``"binder"``: the
-        partition minimising the posterior expected Variation-of-Information / Binder
-        (a = 1) loss, found by SALSO search over all partitions
-        (:meth:`consensuskit.posterior.PartitionPosterior.point_estimate`, 16 runs; the
-        search is recorded in ``point_estimate_info_``).  ``"dahl"``: the retained draw
-        closest to the posterior co-clustering matrix in squared loss (Dahl 2006's
-        least-squares draw; the default before this parameter existed).  VI estimates have
-        fewer, larger clusters than Binder's (Wade & Ghahramani 2018).
+        Gibbs: ``labels_`` is the partition minimising the posterior expected VI /
+        Binder (a = 1) loss, by SALSO search over all partitions
+        (:meth:`consensuskit.posterior.PartitionPosterior.point_estimate`, 16 runs,
+        ``point_estimate_info_``), or ``"dahl"``: the retained draw closest to the
+        posterior co-clustering in squared loss (Dahl 2006; the former default).
     n_jobs : int, -1 or None, default None
         Gibbs: threads the chains run on; None follows numba's thread setting
         (``numba.set_num_threads`` / ``NUMBA_NUM_THREADS``).  The draws do not
@@ -179,9 +177,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         consensus cluster it shares most points with (label switching).  VB/CVB: q(z)
         on the kept clusters, renormalised.
     partition_posterior_ : :class:`~consensuskit.posterior.PartitionPosterior`
-        Gibbs: the retained draws of z (all chains) as a posterior over partitions
-        (similarity matrix, expected losses, credible balls, item confidence); made on
-        first access.  VB/CVB: AttributeError.
+        Gibbs: the retained draws of z (all chains), made on first access.
     point_estimate_info_ : :class:`~consensuskit.posterior.SearchInfo` or None
         Gibbs with ``point_estimate`` "vi" or "binder": the search that gave ``labels_``
         (its ``expected_loss``, runs, scans).  None otherwise.
@@ -369,7 +365,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         labels = self._gibbs_point_estimate(Z, rs)
         self.labels_ = labels
         self.n_clusters_ = int(labels.max()) + 1
-        self.membership_, maps = _draw_memberships(Z, labels, T)
+        self.membership_, maps = draw_memberships(Z, labels, T)
         ms = out["move_stats"].sum(0)
         self.split_merge_stats_ = {
             "splits_accepted": int(ms[0]), "merges_accepted": int(ms[1]),
@@ -894,29 +890,6 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             rest = 1.0 - np.concatenate([[0.0], np.cumsum(pi)[:-1]])
             draws["v"] = _as_tensor(np.clip(pi[:-1] / rest[:-1], 1e-300, 1.0))[None]
         return kw, draws
-
-
-def _draw_memberships(Z, labels, T):
-    """Soft consensus from draws ``Z`` (D, N) of components 0..T-1 and the consensus
-    ``labels`` (N,) 0..K-1, free of label switching.
-
-    Each draw's occupied components are mapped to the consensus cluster they overlap most
-    (many to one: a component that ``labels`` splits goes to its larger part, two components
-    that ``labels`` merges both go to the merged cluster), so every row gets one vote per
-    draw.  Returns ``membership`` (N, K), the share of draws voting for each cluster, and
-    ``maps`` (D, T), component -> consensus cluster (-1 for empty components).
-    """
-    D, N = Z.shape
-    K = int(labels.max()) + 1
-    maps = np.full((D, T), -1, dtype=np.int64)
-    member = np.zeros((N, K))
-    rows = np.arange(N)
-    for s in range(D):
-        cont = np.bincount(Z[s] * K + labels, minlength=T * K).reshape(T, K)
-        occ = np.flatnonzero(cont.sum(1))
-        maps[s, occ] = cont[occ].argmax(1)
-        member += np.bincount(rows * K + maps[s, Z[s]], minlength=N * K).reshape(N, K)
-    return member / D, maps
 
 
 def _as_tensor(a):
