@@ -80,8 +80,13 @@ def test_pyro_consensus_user_variant_full_surface(split, tmp_path):
     assert idata.log_likelihood["x"].shape == (1, 4, 60)
     assert "alpha_rate" in idata.posterior
     path = tmp_path / "hub.ck"
-    est.save(path)
-    back = ck.PyroConsensus.load(path)
+    # the user's model is not part of consensuskit: saving and loading name it explicitly
+    with pytest.raises(ValueError, match="not part of consensuskit"):
+        est.save(path)
+    est.save(path, allowed=[user_variants.bce_alpha_hyperprior])
+    with pytest.raises(ValueError, match="not part of consensuskit"):
+        ck.PyroConsensus.load(path)
+    back = ck.PyroConsensus.load(path, allowed=[user_variants.bce_alpha_hyperprior])
     np.testing.assert_allclose(back.score_samples(X_test), ll)
 
 

@@ -13,11 +13,10 @@ import time
 
 import numpy as np
 import pyro
-import torch
 from pyro.infer import MCMC
 
 from consensuskit.inference.compiled_potential import FlatPotential, build_potential
-from consensuskit.inference.pyro_mcmc import SAMPLE_STATS, RecordingNUTS, _stats_arrays
+from consensuskit.inference.pyro_mcmc import RecordingNUTS, collect_chains
 
 __all__ = ["fit_nuts_compiled"]
 
@@ -52,7 +51,7 @@ def fit_nuts_compiled(model, labels, *, model_kwargs, num_samples=500, warmup_st
                                     max_plate_nesting=max_plate_nesting, method=method,
                                     compile=compile)
     build = time.process_time() - t0
-    per_chain, div, acc, stats, warm = [], [], [], [], []
+    chains = []
     for _ in range(num_chains):
         chain_seed = int(rs.integers(2**31 - 1))
         pyro.set_rng_seed(chain_seed)
@@ -64,16 +63,8 @@ def fit_nuts_compiled(model, labels, *, model_kwargs, num_samples=500, warmup_st
                     num_chains=1, initial_params=init, transforms=potential.transforms,
                     disable_progbar=not progress)
         mcmc.run()
-        per_chain.append(mcmc.get_samples())
-        diag = mcmc.diagnostics()
-        div.append(sum(len(v) for v in diag.get("divergences", {}).values()))
-        stats.append(_stats_arrays(kernel.records, warmup=False))
-        warm.append(_stats_arrays(kernel.records, warmup=True))
-        acc.append(float(np.mean(stats[-1]["acceptance_rate"])))
-    samples = {k: torch.stack([s[k] for s in per_chain]) for k in per_chain[0]}
-    sample_stats = {k: np.stack([s[k] for s in stats]) for k in SAMPLE_STATS}
-    warmup_stats = {k: np.stack([s[k] for s in warm]) for k in SAMPLE_STATS}
-    return samples, {"seconds": time.process_time() - t0, "build_seconds": build,
-                     "divergences": div, "accept_prob": acc, "potential": potential.method,
-                     "sample_stats": sample_stats, "warmup_stats": warmup_stats,
-                     "target_accept_prob": target_accept_prob}
+        chains.append((mcmc, kernel))
+    samples, info = collect_chains(chains)
+    info.update(seconds=time.process_time() - t0, build_seconds=build,
+                potential=potential.method, target_accept_prob=target_accept_prob)
+    return samples, info

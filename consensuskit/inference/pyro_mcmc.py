@@ -26,7 +26,7 @@ import pyro
 import torch
 from pyro.infer import MCMC, NUTS
 
-__all__ = ["fit_nuts", "RecordingNUTS", "SAMPLE_STATS"]
+__all__ = ["fit_nuts", "RecordingNUTS", "SAMPLE_STATS", "collect_chains"]
 
 #: the per-iteration statistics :class:`RecordingNUTS` records (ArviZ's names)
 SAMPLE_STATS = ("diverging", "tree_depth", "n_steps", "step_size", "energy",
@@ -114,7 +114,7 @@ def fit_nuts(model, labels, *, model_kwargs, num_samples=500, warmup_steps=500, 
         :data:`SAMPLE_STATS` after / during warm-up (:class:`RecordingNUTS`).
     """
     rs = np.random.default_rng(seed)
-    per_chain, div, acc, stats, warm = [], [], [], [], []
+    chains = []
     t0 = time.process_time()
     for _ in range(num_chains):
         pyro.set_rng_seed(int(rs.integers(2**31 - 1)))
@@ -124,6 +124,19 @@ def fit_nuts(model, labels, *, model_kwargs, num_samples=500, warmup_steps=500, 
         mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps,
                     num_chains=1, disable_progbar=not progress)
         mcmc.run(labels, **model_kwargs)
+        chains.append((mcmc, kernel))
+    samples, info = collect_chains(chains)
+    info.update(seconds=time.process_time() - t0, target_accept_prob=target_accept_prob)
+    return samples, info
+
+
+def collect_chains(chains):
+    """Draws and statistics of finished single-chain runs ``[(MCMC, RecordingNUTS)]``:
+    ``(samples, info)`` with samples site -> Tensor (chains, draws, ...) and ``info`` keys
+    ``divergences``, ``accept_prob`` (per chain), ``sample_stats``, ``warmup_stats``
+    (stat -> array (chains, iterations))."""
+    per_chain, div, acc, stats, warm = [], [], [], [], []
+    for mcmc, kernel in chains:
         per_chain.append(mcmc.get_samples())
         diag = mcmc.diagnostics()
         div.append(sum(len(v) for v in diag.get("divergences", {}).values()))
@@ -131,8 +144,6 @@ def fit_nuts(model, labels, *, model_kwargs, num_samples=500, warmup_steps=500, 
         warm.append(_stats_arrays(kernel.records, warmup=True))
         acc.append(float(np.mean(stats[-1]["acceptance_rate"])))
     samples = {k: torch.stack([s[k] for s in per_chain]) for k in per_chain[0]}
-    sample_stats = {k: np.stack([s[k] for s in stats]) for k in SAMPLE_STATS}
-    warmup_stats = {k: np.stack([s[k] for s in warm]) for k in SAMPLE_STATS}
-    return samples, {"seconds": time.process_time() - t0, "divergences": div,
-                     "accept_prob": acc, "sample_stats": sample_stats,
-                     "warmup_stats": warmup_stats, "target_accept_prob": target_accept_prob}
+    return samples, {"divergences": div, "accept_prob": acc,
+                     "sample_stats": {k: np.stack([s[k] for s in stats]) for k in SAMPLE_STATS},
+                     "warmup_stats": {k: np.stack([s[k] for s in warm]) for k in SAMPLE_STATS}}
