@@ -65,6 +65,10 @@ def estimators(C, seed):
     for link in ["single", "average", "ward"]:
         out[f"EAC({link})"] = (lambda link=link: ck.EAC(C, linkage=link), "")
     out["QMI"] = (lambda: ck.QMI(C, random_state=seed), "")
+    for loss in ["vi", "binder"]:  # the base clusterings' expected-loss optimum, <= C clusters
+        out[f"PartitionConsensus({loss})"] = (
+            lambda loss=loss: ck.PartitionConsensus(loss, max_n_clusters=C, random_state=seed),
+            "")
     suite = {
         "MM": lambda: ck.MM(C, random_state=seed),
         "BCE": lambda: ck.BCE(C, random_state=seed),

@@ -14,19 +14,23 @@
 # ---
 
 # %% [markdown]
-# # Posterior analysis of NBCE with ArviZ
+# # The posterior over partitions of an NBCE fit
 #
 # NBCE (nonparametric Bayesian clustering ensembles) puts a truncated Dirichlet
-# process prior on the consensus clusters, so the number of clusters has a
-# posterior.  Its collapsed Gibbs sampler keeps the draws of several chains; the
-# estimator exposes them as an ArviZ `InferenceData` (`inference_data_`) with
-# label-permutation invariant quantities only (log joint, number of occupied
-# clusters, the hyper-parameters `alpha0` and `beta`), so R-hat and effective
-# sample sizes are meaningful despite label switching.
+# process prior on the consensus clusters, so the consensus clustering itself has a
+# posterior: a distribution over partitions of the points, which the collapsed Gibbs
+# sampler represents by its draws.  Bayesian clustering summarises such a posterior
+# with decision theory (Binder 1978; Dahl 2006; Wade & Ghahramani 2018; Dahl, Johnson &
+# Müller 2022): the partition minimising the posterior expected Variation-of-Information
+# (VI) or Binder loss, a credible ball around it, the posterior similarity matrix (PSM)
+# and per-point confidence.
 #
-# This notebook checks the chains (trace, R-hat, ESS), looks at the posterior of
-# the number of clusters, at the posterior co-clustering matrix and at the points
-# whose consensus cluster is least certain.
+# The fit hands its draws over as `nbce.partition_posterior_`, a
+# `consensuskit.PartitionPosterior`, and its `labels_` is already the VI-optimal
+# partition (`NBCE(point_estimate="vi")`, the default).  This notebook checks the chains
+# with ArviZ (label-switching-free quantities only), then compares the VI and Binder
+# estimates, draws the PSM, the credible ball and the posterior of the number of
+# clusters, and finds the points whose cluster is least certain.
 
 # %% tags=["parameters"]
 import os
@@ -54,7 +58,9 @@ X = generate.kmeans_partitions(features, N_PARTITIONS, n_clusters=(2, 6), random
 nbce = NBCE(truncation=15, prior="tsb", inference="gibbs", n_samples=N_DRAWS,
             burn_in=BURN_IN, n_chains=N_CHAINS, random_state=0).fit(X)
 idata = nbce.inference_data_
-print("point consensus:", nbce.n_clusters_, "clusters; accuracy vs species",
+pp = nbce.partition_posterior_  # one partition per retained draw, all chains
+print(pp)
+print("VI point estimate (labels_):", nbce.n_clusters_, "clusters; accuracy vs species",
       round(metrics.accuracy(truth, nbce.labels_), 3),
       "ARI", round(metrics.adjusted_rand(truth, nbce.labels_), 3))
 
@@ -86,89 +92,112 @@ summary
 # sampler gave R-hat about 2 on this ensemble: each chain stayed in its own mode.)
 
 # %% [markdown]
-# ## Posterior of the number of clusters
+# ## Point estimates: VI, Binder and the best draw
 #
-# `n_clusters_draws_` (chain, draw) counts the occupied clusters of each draw.
-# Base clusterings with up to six clusters split the species, so NBCE may
-# well find more than three consensus clusters; small clusters can appear and
-# vanish between draws.  The point consensus (Dahl's least-squares draw) is one
-# draw's clustering.
+# `labels_` minimises the posterior expected VI loss, found by SALSO search over all
+# partitions (not only the draws).  The Binder loss (a = 1) counts pairs of points
+# clustered differently; its optimum tends to keep more, smaller clusters, while VI tends to
+# merge clusters the posterior is unsure about (Wade & Ghahramani 2018); on a concentrated
+# posterior the estimates can coincide, and the table shows whether they do here.  For comparison: Dahl's least-squares draw, the
+# draw with the smallest expected Binder loss (NBCE's `point_estimate="dahl"`).  Each
+# estimate's expected loss under both losses (VI in bits), from the draws:
 
 # %%
-counts = pd.Series(nbce.n_clusters_draws_.ravel()).value_counts(normalize=True).sort_index()
-per_chain = pd.DataFrame({f"chain {c}": pd.Series(k).value_counts(normalize=True)
-                          for c, k in enumerate(nbce.n_clusters_draws_)}).fillna(0.0)
-per_chain = per_chain.reindex(counts.index, fill_value=0.0)
-fig, ax = plt.subplots(figsize=(7, 3.8))
-width = 0.8 / (per_chain.shape[1] + 1)
-ax.bar(counts.index - 0.4 + width / 2, counts.values, width, color="k", label="all chains")
-for c, col in enumerate(per_chain.columns):
-    ax.bar(counts.index - 0.4 + width * (c + 1.5), per_chain[col].values, width, alpha=0.8,
-           label=col)
-ax.axvline(nbce.n_clusters_, color="tab:red", ls="--", label="point consensus")
-ax.axvline(3, color="k", ls=":", label="iris species")
-ax.set_xlabel("number of occupied clusters")
-ax.set_ylabel("posterior probability")
-ax.set_xticks(range(min(3, counts.index.min()), counts.index.max() + 1))
-ax.legend(fontsize=8)
-save_figure(fig, "posterior_n_clusters")
-per_chain.assign(**{"all chains": counts}).round(3)
+est_vi = nbce.labels_
+est_binder, info_binder = pp.point_estimate(loss="binder", random_state=0)
+binder_of_draws = [pp.expected_loss(pp.draw(s), "binder") for s in range(pp.n_draws)]
+est_dahl = pp.draw(int(np.argmin(binder_of_draws)))
+estimates = {"VI (labels_)": est_vi, "Binder": est_binder, "Dahl's draw": est_dahl}
+table = pd.DataFrame({
+    name: {"clusters": int(np.unique(e).size),
+           "expected VI": pp.expected_loss(e, "vi"),
+           "expected Binder": pp.expected_loss(e, "binder"),
+           "accuracy vs species": metrics.accuracy(truth, e),
+           "ARI vs species": metrics.adjusted_rand(truth, e)}
+    for name, e in estimates.items()}).T
+table.round(4)
 
 # %% [markdown]
-# ## Co-clustering matrix
+# ## Posterior of the number of clusters
 #
-# `co_clustering()` is the posterior probability `P(z_i = z_j | X)` that two
-# points share a consensus cluster, averaged over all retained draws of all
-# chains.  Ordering the rows by the point consensus shows the blocks; grey
-# off-block mass marks points that the posterior does not assign firmly.
+# The number of occupied clusters of each draw.  Base clusterings with up to six clusters
+# split the species, so NBCE may well find more than three consensus clusters; small
+# clusters can appear and vanish between draws.  The dashed lines mark the point
+# estimates' numbers of clusters.
 
 # %%
-P = nbce.co_clustering()
-order = np.lexsort((truth, nbce.labels_))  # by consensus cluster, then species
+vals, probs = pp.n_clusters_distribution()
+counts = pd.Series(probs, index=vals)
+fig, ax = plt.subplots(figsize=(7, 3.8))
+pp.plot_n_clusters(ax=ax)
+for (name, e), colour, ls in zip(estimates.items(), ["tab:red", "tab:blue", "tab:green"],
+                                 [(0, (6, 6)), (6, (6, 6)), (3, (2, 10))]):  # visible if equal
+    ax.axvline(np.unique(e).size, color=colour, ls=ls, lw=2, label=name)
+ax.axvline(3, color="k", ls=":", label="iris species")
+ax.legend(fontsize=8)
+save_figure(fig, "posterior_n_clusters")
+per_chain = pd.DataFrame({f"chain {c}": pd.Series(k).value_counts(normalize=True)
+                          for c, k in enumerate(nbce.n_clusters_draws_)}).fillna(0.0)
+per_chain.reindex(counts.index, fill_value=0.0).assign(**{"all chains": counts}).round(3)
+
+# %% [markdown]
+# ## Posterior similarity matrix
+#
+# `pp.psm()` is the posterior probability that two points share a cluster, over all
+# draws of all chains (dense here; at large N, `psm(pairs=...)` or `psm(block=...)`).
+# `plot_psm` orders the points by the VI estimate's clusters (larger first, within a
+# cluster by decreasing confidence) and draws its cluster boundaries; grey mass off the
+# diagonal blocks marks points the posterior does not place firmly.
+
+# %%
+P = pp.psm()
 fig, ax = plt.subplots(figsize=(6.5, 5.5))
-im = ax.imshow(P[np.ix_(order, order)], cmap="magma", vmin=0, vmax=1, interpolation="nearest")
-edges = np.flatnonzero(np.diff(nbce.labels_[order])) + 0.5
-for e in edges:
-    ax.axhline(e, color="w", lw=0.6)
-    ax.axvline(e, color="w", lw=0.6)
-ax.set_title("posterior co-clustering, rows ordered by the point consensus")
-ax.set_xlabel("point")
-ax.set_ylabel("point")
-fig.colorbar(im, ax=ax, label="P(same cluster)")
+pp.plot_psm(est_vi, ax=ax)
 save_figure(fig, "posterior_coclustering")
 
 # %% [markdown]
-# ## The least certain points
+# ## Credible ball around the VI estimate
 #
-# Two measures of how uncertain a point's cluster is:
-#
-# * `1 - max_c membership_[i, c]`: the posterior probability that point `i` is
-#   *not* in its most probable consensus cluster (draw clusters matched to the
-#   consensus clusters);
-# * the mean binary entropy of its co-clustering row,
-#   `mean_j H(P_ij)`: 0 when every pair is certainly together or certainly apart.
-#
-# We show them on the first two principal components of the iris features, with
-# the ten least certain points by each measure circled.  When chains disagree on
-# how to split a group, the entropy marks the whole group, while the membership
-# measure (clusters matched to the point consensus) marks the points between
-# groups.
+# The 95% credible ball (Wade & Ghahramani 2018) is the smallest VI ball around the
+# estimate that holds 95% of the posterior mass.  Its bounds summarise how far the
+# posterior reaches: the *horizontal* bound is the partition in the ball farthest from
+# the estimate, the *upper vertical* bound the farthest among those with the fewest
+# clusters, the *lower vertical* bound the farthest among those with the most clusters.
 
 # %%
 from sklearn.decomposition import PCA
 
-doubt = 1.0 - nbce.membership_.max(axis=1)
-Pc = np.clip(P, 1e-12, 1 - 1e-12)
-pair_entropy = -(Pc * np.log2(Pc) + (1 - Pc) * np.log2(1 - Pc))
-np.fill_diagonal(pair_entropy, 0.0)
-row_entropy = pair_entropy.sum(1) / (len(P) - 1)
-print("Spearman correlation of the two measures:",
-      round(pd.Series(doubt).corr(pd.Series(row_entropy), method="spearman"), 3))
-
 xy = PCA(n_components=2).fit_transform((features - features.mean(0)) / features.std(0))
+ball = pp.credible_ball(est_vi, level=0.95, loss="vi")
+print(f"radius {ball.radius:.3f} bits; {int(ball.in_ball.sum())} of {pp.n_draws} draws "
+      "in the ball")
+print("bounds: horizontal", len(ball.horizontal), "partition(s) at VI",
+      round(ball.dist_horizontal, 3), "| upper vertical", ball.n_clusters_upper_vertical,
+      "clusters | lower vertical", ball.n_clusters_lower_vertical, "clusters")
+fig = pp.plot_credible_ball(ball, X=xy)
+save_figure(fig, "posterior_credible_ball")
+
+# %% [markdown]
+# ## The least certain points
+#
+# Two per-point measures of how uncertain a point's cluster is:
+#
+# * `1 - pp.item_confidence(est_vi)`: one minus the mean posterior similarity of the point
+#   to the members of its estimated cluster (salso's and mcclust's "psm within cluster");
+# * `1 - max_c membership_[i, c]`: the share of draws in which the point's cluster maps
+#   (by its largest overlap) to another consensus cluster than its most voted one.
+#
+# We show them on the first two principal components of the iris features, the ten least
+# certain points by each measure circled.
+
+# %%
+confidence = pp.item_confidence(est_vi)
+doubt = 1.0 - nbce.membership_.max(axis=1)
+print("Spearman correlation of the two measures:",
+      round(pd.Series(1 - confidence).corr(pd.Series(doubt), method="spearman"), 3))
 fig, axes = plt.subplots(1, 2, figsize=(13, 5))
-for ax, values, title in [(axes[0], doubt, "1 - max posterior membership"),
-                          (axes[1], row_entropy, "co-clustering row entropy (bits)")]:
+for ax, values, title in [(axes[0], 1 - confidence, "1 - item confidence (VI estimate)"),
+                          (axes[1], doubt, "1 - max membership")]:
     top = np.argsort(-values, kind="stable")[:10]
     sc = ax.scatter(xy[:, 0], xy[:, 1], c=values, cmap="viridis", s=25)
     ax.scatter(xy[top, 0], xy[top, 1], s=160, facecolors="none", edgecolors="tab:red",
@@ -180,17 +209,18 @@ for ax, values, title in [(axes[0], doubt, "1 - max posterior membership"),
 axes[0].legend(loc="lower right")
 fig.tight_layout()
 save_figure(fig, "posterior_uncertain_points")
-top = np.argsort(-doubt, kind="stable")[:10]
-pd.DataFrame({"species": truth[top], "consensus": nbce.labels_[top],
-              "1 - max membership": doubt[top], "row entropy": row_entropy[top]},
+top = np.argsort(confidence, kind="stable")[:10]
+pd.DataFrame({"species": truth[top], "VI estimate": est_vi[top],
+              "item confidence": confidence[top], "1 - max membership": doubt[top]},
              index=top).round(3)
 
 # %% [markdown]
-# The table lists the ten points with the lowest maximum membership.  In our runs
-# they lie in the versicolor/virginica cloud (right), where the species overlap
-# and the base clusterings cut the data differently.  By the membership measure
-# setosa (left) is never in doubt: no draw puts a setosa point with another species.
-# Base clusterings with up to six labels cut setosa in two, and every chain keeps
-# that cut, so setosa shows as two blocks in the co-clustering matrix above.
-# For the versicolor/virginica points the posterior reports its doubt instead of hiding it in
-# a hard assignment.
+# In the run shown, the points of lowest item confidence lie in the versicolor/virginica
+# cloud (right), where the species overlap and the base clusterings cut the data
+# differently.  The membership measure misses some of them: a draw that splits an estimated
+# cluster maps both parts to it (each draw cluster goes to the consensus cluster it overlaps
+# most), so the point still votes for its cluster while item confidence sees that half of the
+# cluster's members are not with it.  The membership measure's largest values can sit inside
+# setosa, which the base clusterings cut in two and whose points move between the two halves.
+# Setosa is never put with another species.  The posterior reports this doubt instead of hiding it in a
+# hard assignment.

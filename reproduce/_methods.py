@@ -26,6 +26,9 @@ SETTINGS = {
                 "(missing label = zero block)"),
     "KCC": "consensuskit.KCC(K, utility=...)",
     "EAC": "consensuskit.EAC(K)",
+    "PartitionConsensus": ("consensuskit.PartitionConsensus('vi', max_n_clusters=K, "
+                           "missing='singletons') (the base clusterings' VI-optimal partition "
+                           "with at most K clusters; a missing label is its own class)"),
 }
 
 
@@ -39,6 +42,9 @@ def make_estimator(method, n_clusters, seed):
         return ck.BCE(n_clusters, alpha_estimate="meanfield", n_init=1, random_state=seed)
     if method in ("CSPA", "HGPA", "MCLA", "EAC"):
         return getattr(ck, method)(n_clusters, random_state=seed)
+    if method == "PartitionConsensus":
+        return ck.PartitionConsensus("vi", max_n_clusters=n_clusters, missing="singletons",
+                                     random_state=seed)
     if method.startswith("KCC"):
         utility = method.split("-", 1)[1] if "-" in method else "UH"
         return ck.KCC(n_clusters, utility=utility, random_state=seed)

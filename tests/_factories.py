@@ -42,6 +42,7 @@ CONSENSUS_FUNCTIONS = {
     "IPVC": {"n_init": 1},
     "MedoidConsensus": {},
     "LeastSquaresConsensus": {"n_init": 1},
+    "PartitionConsensus": {"n_runs": 2},
 }
 
 #: every estimator exported by consensuskit
@@ -50,7 +51,8 @@ ESTIMATORS = [f.estimator for f in FAMILIES] + list(CONSENSUS_FUNCTIONS)
 FAST = {f.estimator: dict(f.tiny_fit) for f in FAMILIES} | CONSENSUS_FUNCTIONS
 #: the hyper-parameter that plays the role of the number of clusters
 K_PARAM = {f.estimator: f.k_param for f in FAMILIES} | {n: "n_clusters"
-                                                         for n in CONSENSUS_FUNCTIONS}
+                                                         for n in CONSENSUS_FUNCTIONS} | {
+    "PartitionConsensus": "max_n_clusters"}
 #: factories of the estimators fitted with their defaults in the invariance tests: the
 #: model families that take ``n_clusters``, and KCC
 FACTORIES = {f.estimator: _make(f.estimator) for f in FAMILIES

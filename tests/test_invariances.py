@@ -11,7 +11,7 @@ Hypothesis draws the permutations and relabellings.
 
 import numpy as np
 import pytest
-from _factories import ESTIMATORS, FACTORIES, make_fast
+from _factories import ESTIMATORS, FACTORIES, K_PARAM, make_fast
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import adjusted_rand_score
@@ -81,7 +81,7 @@ def test_column_permutation_invariance(name, seed):
 def test_every_estimator_same_random_state_same_result(name):
     """Beyond the four models above: every estimator is deterministic on CPU."""
     def fit():
-        est = make_fast(name, **({"truncation": 5} if name == "NBCE" else {"n_clusters": 3}))
+        est = make_fast(name, **{K_PARAM[name]: 5 if name == "NBCE" else 3})
         est.set_params(random_state=11)
         return est.fit(X0)
 

@@ -10,7 +10,7 @@
 
 import numpy as np
 import pytest
-from _factories import ESTIMATORS, make_fast
+from _factories import ESTIMATORS, K_PARAM, make_fast
 
 from consensuskit.data.generate import noisy_copies
 from consensuskit.io import persistence
@@ -27,7 +27,7 @@ FEATURES = np.random.default_rng(5).normal(size=(X.shape[0], 2)) + np.repeat(
 
 
 def _kw(name):
-    return {"truncation": 5} if name == "NBCE" else {"n_clusters": 3}
+    return {K_PARAM[name]: 5 if name == "NBCE" else 3}
 
 
 @pytest.mark.parametrize("name", ESTIMATORS)

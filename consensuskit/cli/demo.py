@@ -49,6 +49,8 @@ def consensus_models() -> list:
         ("HBGF", _factory("HBGF", n_clusters=3)),
         ("EAC (average)", _factory("EAC", n_clusters=3, linkage="average")),
         ("QMI", _factory("QMI", n_clusters=3)),
+        # the base partitions' VI-optimal partition (at most 3 clusters): consensuskit.posterior
+        ("Partition (VI)", _factory("PartitionConsensus", loss="vi", max_n_clusters=3)),
     ]
 
 

@@ -568,6 +568,42 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         return {"sample_stats": {"target_accept_prob": self.mcmc_info_.get("target_accept_prob"),
                                  "divergences_per_chain": list(self.mcmc_info_["divergences"])}}
 
+    @property
+    def partition_posterior_(self):
+        """The posterior over partitions of the training rows, a
+        :class:`~consensuskit.posterior.PartitionPosterior` with one partition draw per draw
+        of the globals (NUTS: every draw of every chain, chain-major; SVI: the
+        ``n_posterior_draws`` guide draws, so only as good as the guide), each drawn exactly
+        from the rows' conditional given that draw (:mod:`consensuskit.inference.partition_draws`
+        says what a row's cluster is for each kind of membership site).  Made on first access
+        (one scoring pass over the draws unless NUTS sampled the membership) and kept."""
+        check_is_fitted(self, "membership_")
+        pp = self.__dict__.get("_partition_posterior")
+        if pp is None:
+            pp = self._partition_posterior = _partition_posterior_of(self)
+        return pp
+
+
+def _partition_posterior_of(est):
+    """:class:`~consensuskit.posterior.PartitionPosterior` of a fitted :class:`PyroConsensus`."""
+    import pyro
+
+    from consensuskit.inference.partition_draws import sample_partitions
+    from consensuskit.posterior import PartitionPosterior
+
+    flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in est._draws.items()}  # (C * D, ...)
+    local = None
+    if est.inference == "nuts" and est.roles_.membership in est.roles_.locals:
+        v = est.all_samples_[est.roles_.membership]
+        local = {est.roles_.membership: v.reshape(-1, *v.shape[2:])}
+    seed = int(check_random_state(est.random_state).randint(2**31 - 1))
+    with float64_default(), pyro.get_param_store().scope(getattr(est, "_param_state", None)):
+        Z = sample_partitions(est.model, torch.as_tensor(est.ensemble_.codes), flat,
+                              model_kwargs=est._kwargs(est.ensemble_), roles=est.roles_,
+                              local_draws=local, num_particles=est.n_perplexity_samples,
+                              seed=seed, progress=est.verbose)
+    return PartitionPosterior(Z)
+
 
 class HubBackedMixin:
     """For a built-in estimator fitted through :class:`PyroConsensus` (``inference`` "svi"
@@ -594,6 +630,17 @@ class HubBackedMixin:
         draws, _ = self.hub_._thinned()
         v = draws[site].detach().cpu().double().numpy()
         return np.mean([d[perm] for d, perm in zip(v, self.hub_._perms)], axis=0)
+
+    @property
+    def partition_posterior_(self):
+        """``inference`` "nuts" or "svi": the hub's
+        :attr:`PyroConsensus.partition_posterior_` (partition draws given each draw of the
+        globals); other engines give no partition draws (AttributeError)."""
+        if self._hub() is None:
+            check_is_fitted(self, "labels_")
+            raise AttributeError(f"{type(self).__name__}.partition_posterior_ needs "
+                                 "inference='nuts' (or 'svi'): this engine gives no draws")
+        return self.hub_.partition_posterior_
 
     def _log_likelihood_draws(self):
         if self._hub() is not None:

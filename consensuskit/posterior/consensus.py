@@ -10,6 +10,7 @@ median partition of Mirkin's distance); with ``loss="vi"``, the VI median.
 from __future__ import annotations
 
 import numpy as np
+from sklearn.utils import check_random_state
 
 from consensuskit.base import ConsensusEstimator
 from consensuskit.data.ensemble import Ensemble
@@ -35,7 +36,7 @@ class PartitionConsensus(ConsensusEstimator):
         own one-item class in that base clustering: the column then says nothing joins that row
         to any other, which pulls the consensus towards separating rows that many columns miss.
         Nothing is dropped silently.
-    random_state : int, None or numpy Generator.
+    random_state : int, None, numpy RandomState or Generator.
 
     Attributes
     ----------
@@ -57,6 +58,12 @@ class PartitionConsensus(ConsensusEstimator):
         self.n_jobs = n_jobs
         self.random_state = random_state
 
+    def __sklearn_tags__(self):
+        # missing labels (NaN or -1) are accepted only with missing="singletons"
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = self.missing != "error"
+        return tags
+
     def _draws(self, ensemble: Ensemble) -> np.ndarray:
         codes = np.asarray(ensemble.codes)
         if self.missing not in ("error", "singletons"):
@@ -76,11 +83,14 @@ class PartitionConsensus(ConsensusEstimator):
         return codes.T
 
     def _fit(self, ensemble: Ensemble):
+        rs = self.random_state
+        if not isinstance(rs, np.random.Generator):
+            rs = check_random_state(rs)  # sklearn's seeds: int in [0, 2**32), None, RandomState
         pp = PartitionPosterior(self._draws(ensemble))
         labels, info = pp.point_estimate(loss=self.loss, a=self.a,
                                          max_n_clusters=self.max_n_clusters, n_runs=self.n_runs,
                                          max_sweeps=self.max_sweeps, n_jobs=self.n_jobs,
-                                         random_state=self.random_state)
+                                         random_state=rs)
         self.posterior_ = pp
         self.search_info_ = info
         self.labels_ = labels

@@ -70,6 +70,7 @@ def plot_credible_ball(pp, ball, X=None, axes=None):
         ax.set_xticks([])
         ax.set_yticks([])
     fig.suptitle(f"{ball.level:.0%} credible ball, radius {ball.radius:.3g}")
+    fig.tight_layout()  # keeps the panel titles clear of the figure title
     return fig
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 from scipy.special import logsumexp
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
@@ -25,6 +24,7 @@ from consensuskit.models.nbce.cvb import CVB
 from consensuskit.models.nbce.gibbs import (
     co_clustering,
     draw_counts,
+    draw_memberships,
     gibbs_nbce,
     point_consensus,
     relabel_by_size,
@@ -124,6 +124,12 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         stays linear in N -- a split allocates the points of one cluster, a merge is
         mostly decided from the cluster counts; 0 turns the group moves off and leaves
         single-site Gibbs).
+    point_estimate : {"vi", "binder", "dahl"}, default "vi"
+        Gibbs: ``labels_`` is the partition minimising the posterior expected VI /
+        Binder (a = 1) loss, by SALSO search over all partitions
+        (:meth:`consensuskit.posterior.PartitionPosterior.point_estimate`, 16 runs,
+        ``point_estimate_info_``), or ``"dahl"``: the retained draw closest to the
+        posterior co-clustering in squared loss (Dahl 2006; the former default).
     n_jobs : int, -1 or None, default None
         Gibbs: threads the chains run on; None follows numba's thread setting
         (``numba.set_num_threads`` / ``NUMBA_NUM_THREADS``).  The draws do not
@@ -161,16 +167,20 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     Attributes
     ----------
     labels_ : int64 (n_samples,)
-        Hard consensus, 0..n_clusters_-1 by decreasing size.  Gibbs: the retained
-        draw closest to the posterior co-clustering matrix (Dahl's least-squares
-        point estimate, free of label switching).  VB/CVB: argmax of q(z).
+        Hard consensus, 0..n_clusters_-1 by decreasing size.  Gibbs: the point estimate
+        that ``point_estimate`` names (free of label switching).  VB/CVB: argmax of q(z).
     n_clusters_ : int
         Number of clusters in ``labels_``.
     membership_ : float (n_samples, n_clusters_)
-        Soft consensus.  Gibbs: fraction of draws (each draw's clusters matched to
-        ``labels_``' clusters by the Hungarian method on their overlap) in which
-        the point is in each consensus cluster.  VB/CVB: q(z) on the kept clusters,
-        renormalised.
+        Soft consensus.  Gibbs: fraction of draws in which the point's cluster is mapped
+        to each consensus cluster, every occupied cluster of a draw being mapped to the
+        consensus cluster it shares most points with (label switching).  VB/CVB: q(z)
+        on the kept clusters, renormalised.
+    partition_posterior_ : :class:`~consensuskit.posterior.PartitionPosterior`
+        Gibbs: the retained draws of z (all chains), made on first access.
+    point_estimate_info_ : :class:`~consensuskit.posterior.SearchInfo` or None
+        Gibbs with ``point_estimate`` "vi" or "binder": the search that gave ``labels_``
+        (its ``expected_loss``, runs, scans).  None otherwise.
     inference_data_ : arviz InferenceData (arviz 0.x) / DataTree (1.x)
         Gibbs: the traces above in ``posterior``; every engine: ``log_likelihood``.
         Gibbs: permutation-invariant traces ``log_joint``, ``n_clusters``
@@ -216,6 +226,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         thin=1,
         n_chains=4,
         n_split_merge=None,
+        point_estimate="vi",
         n_jobs=None,
         alpha0=1.0,
         beta=0.5,
@@ -238,6 +249,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         self.thin = thin
         self.n_chains = n_chains
         self.n_split_merge = n_split_merge
+        self.point_estimate = point_estimate
         self.n_jobs = n_jobs
         self.alpha0 = alpha0
         self.beta = beta
@@ -263,6 +275,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         "thin": Integer(1),
         "n_chains": Integer(1),
         "n_split_merge": Integer(0, optional=True),
+        "point_estimate": OneOf("vi", "binder", "dahl"),
         "max_iter": Integer(1),
         "alpha0": Real(),
         "beta": Real(),
@@ -309,6 +322,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         rs = check_random_state(self.random_state)
         self._idx_train = ens.offset_index()
         self.n_clamped_, self.max_clamped_ = 0, 0.0
+        self.point_estimate_info_ = None
         if self.inference == "gibbs":
             self._fit_gibbs(ens, T, rs, resume)
         else:
@@ -347,28 +361,11 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         self.n_iter_ = int(self.burn_in + self.n_samples * self.thin)  # sweeps per chain
         C, S = out["log_joint"].shape
         Z = out["z"].reshape(C * S, -1)
-        labels, best = point_consensus(Z, random_state=rs)
+        self._partition_posterior = None  # partition_posterior_ makes it on first use
+        labels = self._gibbs_point_estimate(Z, rs)
         self.labels_ = labels
         self.n_clusters_ = int(labels.max()) + 1
-        self._best_draw = best
-        # match each draw's clusters to the consensus clusters (label switching)
-        K = self.n_clusters_
-        maps = np.full((C * S, T), -1, dtype=np.int64)
-        member = np.zeros((ens.n_samples, K))
-        rows = np.arange(ens.n_samples)
-        for s in range(C * S):
-            cont = np.bincount(Z[s] * K + labels, minlength=T * K).reshape(T, K)
-            r, c = linear_sum_assignment(-cont)
-            keep = cont[r, c] > 0
-            maps[s, r[keep]] = c[keep]
-            mz = maps[s, Z[s]]
-            ok = mz >= 0
-            member += np.bincount(rows[ok] * K + mz[ok], minlength=member.size).reshape(
-                member.shape
-            )
-        # every row is counted at least in the consensus draw itself, whose clusters
-        # all map one to one onto the consensus clusters
-        self.membership_ = member / member.sum(1, keepdims=True)
+        self.membership_, maps = draw_memberships(Z, labels, T)
         ms = out["move_stats"].sum(0)
         self.split_merge_stats_ = {
             "splits_accepted": int(ms[0]), "merges_accepted": int(ms[1]),
@@ -484,6 +481,38 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         self._arviz_posterior = {}
 
     # ------------------------------------------------------------ posterior
+    def _gibbs_point_estimate(self, Z, rs):
+        """``labels_`` from the retained draws ``Z`` (D, N), by ``point_estimate``: the
+        SALSO minimiser of the posterior expected VI or Binder loss, or Dahl's draw."""
+        if self.point_estimate == "dahl":
+            labels, self._best_draw = point_consensus(Z, random_state=rs)
+            return labels
+        labels, info = self._gibbs_partitions().point_estimate(
+            loss=self.point_estimate, random_state=rs)
+        self.point_estimate_info_ = info
+        return relabel_by_size(labels)
+
+    @property
+    def partition_posterior_(self):
+        """Gibbs: the posterior over partitions of the training rows, a
+        :class:`~consensuskit.posterior.PartitionPosterior` over the retained draws of z
+        (all chains, ``n_chains * n_samples`` draws).  Made from ``samples_["z"]`` on first
+        access and kept (fit builds it only when ``point_estimate`` needs it)."""
+        check_is_fitted(self, "labels_")
+        if self.inference != "gibbs":
+            raise AttributeError("partition_posterior_ needs inference='gibbs' (VB and CVB "
+                                 "give no partition draws)")
+        return self._gibbs_partitions()
+
+    def _gibbs_partitions(self):
+        pp = self.__dict__.get("_partition_posterior")
+        if pp is None:
+            from consensuskit.posterior import PartitionPosterior
+
+            z = self.samples_["z"]
+            pp = self._partition_posterior = PartitionPosterior(z.reshape(-1, z.shape[-1]))
+        return pp
+
     def co_clustering(self, pairs=None):
         """Posterior probability that two points share a cluster (Gibbs only).
 
@@ -778,8 +807,9 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         fit as missing; the default ``"error"`` raises a ValueError.
 
         Gibbs: the responsibilities under each draw's posterior-mean parameters,
-        mapped to the consensus clusters through the draw's matching, averaged
-        over draws and renormalised (mass on clusters a draw does not match is
+        mapped to the consensus clusters through the draw's maps (every occupied
+        component to the consensus cluster it overlaps most, as for ``membership_``),
+        averaged over draws and renormalised (the mass of a draw's empty components is
         dropped).  A row whose mass is all dropped gets uniform probabilities, with
         a warning that counts such rows.
         VB/CVB: responsibilities under the variational posterior means,

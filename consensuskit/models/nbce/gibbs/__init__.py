@@ -100,6 +100,7 @@ from consensuskit.models.nbce.gibbs.state import (
 from consensuskit.models.nbce.gibbs.summaries import (
     co_clustering,
     draw_counts,
+    draw_memberships,
     point_consensus,
     relabel_by_size,
 )
@@ -115,5 +116,6 @@ __all__ = [
     "co_clustering",
     "point_consensus",
     "draw_counts",
+    "draw_memberships",
     "relabel_by_size",
 ]

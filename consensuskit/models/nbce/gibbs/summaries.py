@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils import check_random_state
 
-__all__ = ["draw_counts", "co_clustering", "point_consensus", "relabel_by_size"]
+__all__ = ["draw_counts", "co_clustering", "point_consensus", "draw_memberships",
+           "relabel_by_size"]
 
 
 def draw_counts(idx, z, truncation, n_labels):
@@ -83,6 +84,29 @@ def point_consensus(z_draws, max_pairs=200_000, random_state=None):
     loss = ((same - p[None, :]) ** 2).sum(axis=1)
     best = int(np.argmin(loss))
     return relabel_by_size(Z[best]), best
+
+
+def draw_memberships(Z, labels, T):
+    """Soft consensus from draws ``Z`` (D, N) of components 0..T-1 and the consensus
+    ``labels`` (N,) 0..K-1, free of label switching.
+
+    Each draw's occupied components are mapped to the consensus cluster they overlap most
+    (many to one: a component that ``labels`` splits goes to its larger part, two components
+    that ``labels`` merges both go to the merged cluster), so every row gets one vote per
+    draw.  Returns ``membership`` (N, K), the share of draws voting for each cluster, and
+    ``maps`` (D, T), component -> consensus cluster (-1 for empty components).
+    """
+    D, N = Z.shape
+    K = int(labels.max()) + 1
+    maps = np.full((D, T), -1, dtype=np.int64)
+    member = np.zeros((N, K))
+    rows = np.arange(N)
+    for s in range(D):
+        cont = np.bincount(Z[s] * K + labels, minlength=T * K).reshape(T, K)
+        occ = np.flatnonzero(cont.sum(1))
+        maps[s, occ] = cont[occ].argmax(1)
+        member += np.bincount(rows * K + maps[s, Z[s]], minlength=N * K).reshape(N, K)
+    return member / D, maps
 
 
 def relabel_by_size(z):
