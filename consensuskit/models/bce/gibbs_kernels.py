@@ -35,6 +35,17 @@ __all__ = ["initial_assignments", "sweep", "feature_sweep", "add_rows", "count_h
 
 
 @njit(cache=True)
+def draw_cumulative(p, tot):
+    """An index ``h`` drawn with probability proportional to the increments of the
+    cumulative weights ``p`` (K,) whose last entry is ``tot`` (numba's generator)."""
+    u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded by the caller
+    h = 0
+    while h < p.shape[0] - 1 and p[h] <= u:
+        h += 1
+    return h
+
+
+@njit(cache=True)
 def initial_assignments(codes, log_beta, mix, seed, z, nrow, clab, ccol):
     """Draw a first ``z``: ``z_ij ∝ beta0(x_ij, h) q_ih``, ``q_i`` the row's mixture posterior.
 
@@ -75,10 +86,7 @@ def initial_assignments(codes, log_beta, mix, seed, z, nrow, clab, ccol):
             for h in range(K):
                 tot += q[h] * np.exp(log_beta[x, h])
                 p[h] = tot
-            u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded above
-            h = 0
-            while h < K - 1 and p[h] <= u:
-                h += 1
+            h = draw_cumulative(p, tot)
             z[i, j] = h
             nrow[i, h] += 1
             clab[x, h] += 1
@@ -114,10 +122,7 @@ def sweep(codes, z, nrow, clab, ccol, alpha, eta, n_labels, seed):
             for k in range(K):
                 tot += (alpha[k] + nrow[i, k]) * (clab[x, k] + eta) * inv[j, k]
                 p[k] = tot
-            u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded above
-            h = 0
-            while h < K - 1 and p[h] <= u:
-                h += 1
+            h = draw_cumulative(p, tot)
             z[i, j] = h
             nrow[i, h] += 1
             clab[x, h] += 1
@@ -167,10 +172,7 @@ def feature_sweep(values, observed, zf, nrow, mu, sigma2, alpha, seed):
             for k in range(K):
                 tot += (alpha[k] + nrow[i, k]) * np.exp(logp[k] - top)
                 p[k] = tot
-            u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded above
-            h = 0
-            while h < K - 1 and p[h] <= u:
-                h += 1
+            h = draw_cumulative(p, tot)
             zf[i, f] = h
             nrow[i, h] += 1
 
@@ -199,10 +201,7 @@ def add_rows(codes, rows, z, nrow, clab, ccol, alpha, eta, n_labels, seed):
                 tot += ((alpha[k] + nrow[i, k]) * (clab[x, k] + eta)
                         / (ccol[j, k] + n_labels[j] * eta))
                 p[k] = tot
-            u = np.random.random() * tot  # noqa: NPY002 - numba RNG, seeded above
-            h = 0
-            while h < K - 1 and p[h] <= u:
-                h += 1
+            h = draw_cumulative(p, tot)
             z[i, j] = h
             nrow[i, h] += 1
             clab[x, h] += 1
