@@ -535,6 +535,11 @@ class ResamplingConsensus(ConsensusEstimator):
             self.labels_by_k_[k] = lab
             self.cluster_consensus_[k] = cluster_consensus(cons, lab)
             self.item_consensus_[k] = item_consensus(cons, lab)
+        return self._set_statistics(ks, edges, cdfs, areas, pacs)
+
+    def _set_statistics(self, ks, edges, cdfs, areas, pacs):
+        """The fitted CDF, area, delta area and PAC over ``ks``, the chosen K and its
+        labels (both modes)."""
         self.cdf_edges_ = edges
         self.cdf_ = np.asarray(cdfs)
         self.area_ = np.asarray(areas)
@@ -589,22 +594,11 @@ class ResamplingConsensus(ConsensusEstimator):
                 if inside.any():
                     cc[c_] = cons[inside].mean()
             self.cluster_consensus_[k] = cc
-        self.cdf_edges_ = edges
-        self.cdf_ = np.asarray(cdfs)
         self.cdf_se_ = np.asarray(cdf_se)
-        self.area_ = np.asarray(areas)
         self.area_se_ = np.asarray(area_se)
-        self.delta_area_ = delta_area(areas)
-        self.pac_ = np.asarray(pacs)
         self.pac_se_ = np.asarray(pac_se)
         self.consensus_ = None
-        if self.n_clusters is None:
-            self.n_clusters_ = choose_k(ks, pac=self.pac_, delta=self.delta_area_,
-                                        criterion=self.criterion, min_delta=self.min_delta)
-        else:
-            self.n_clusters_ = int(self.n_clusters)
-        self.labels_ = self.labels_by_k_[self.n_clusters_]
-        return self
+        return self._set_statistics(ks, edges, cdfs, areas, pacs)
 
     def _sampled_partition(self, clone, k):
         """Each K's partition without the n x n consensus: the clusterer estimator refitted
