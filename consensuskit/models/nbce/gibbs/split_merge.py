@@ -24,6 +24,7 @@ import numpy as np
 
 from consensuskit.models.nbce.gibbs.kernels import (
     _ENTRY,
+    _HOT,
     _INNER,
     _INNER_ALLOC,
     _add_row,
@@ -78,6 +79,16 @@ def _pick_new_label(cnt, r):
     return -1
 
 
+@numba.njit(**_HOT)
+def _n_differing(idx, i, n):
+    """The number of columns in which rows ``i`` and ``n`` of ``idx`` differ."""
+    d = 0
+    for m in range(idx.shape[1]):
+        if idx[n, m] != idx[i, m]:
+            d += 1
+    return d
+
+
 @numba.njit(**_INNER)
 def _draw_pair(idx, local_share, near):
     """An ordered pair of distinct rows ``(i, j)``: ``i`` uniform; ``j`` uniform, or with
@@ -87,27 +98,19 @@ def _draw_pair(idx, local_share, near):
     the same probability and it cancels from the acceptance ratio; near pairs make
     merges of similar clusters, and splits along their seams, proposed far more often
     than random pairs do when there are many clusters."""
-    N, M = idx.shape
+    N = idx.shape[0]
     i = np.random.randint(0, N)  # noqa: NPY002 - numba RNG, seeded by _seed
     if local_share > 0.0 and np.random.random() < local_share:  # noqa: NPY002
         tot = 0.0
         for n in range(N):
             if n != i:
-                d = 0
-                for m in range(M):
-                    if idx[n, m] != idx[i, m]:
-                        d += 1
-                tot += near[d]
+                tot += near[_n_differing(idx, i, n)]
         u = np.random.random() * tot  # noqa: NPY002
         acc = 0.0
         last = -1
         for n in range(N):
             if n != i:
-                d = 0
-                for m in range(M):
-                    if idx[n, m] != idx[i, m]:
-                        d += 1
-                acc += near[d]
+                acc += near[_n_differing(idx, i, n)]
                 last = n
                 if u < acc:
                     return i, n
