@@ -16,7 +16,6 @@ import os
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from consensuskit.data.ensemble import Ensemble
 from consensuskit.models.nbce.gibbs import GibbsState, gibbs_nbce
@@ -24,6 +23,7 @@ from consensuskit.models.nbce.gibbs.kernels import _seed
 from consensuskit.models.nbce.gibbs.moves import identical_row_groups
 from consensuskit.models.nbce.priors import FSD, TSB, get_prior
 from consensuskit.models.nbce.spec import collapsed_log_joint, log_prior_partition
+from tests._exact_checks import chi2_pvalue
 
 PRIORS = ["tsb", "fsd"]
 T, A0, B = 4, 0.8, 0.3
@@ -60,21 +60,11 @@ def _after_move(prior, move, reps=2500, seed=0):
 def _chi2_pvalue(draws, p):
     """Smaller of two chi-square p-values: over the states (bins with fewer than 5
     expected draws pooled), and over the number of occupied components."""
-    return min(_chi2(draws, p), _chi2(_n_occupied[draws], np.bincount(
+    return min(chi2_pvalue(draws, p), chi2_pvalue(_n_occupied[draws], np.bincount(
         _n_occupied, weights=p, minlength=T + 1)))
 
 
 _n_occupied = np.array([len(set(z)) for z in itertools.product(range(T), repeat=6)])
-
-
-def _chi2(draws, p):
-    f = np.bincount(draws, minlength=p.size)
-    expected = p * draws.size
-    keep = expected >= 5
-    obs, exp = f[keep], expected[keep]
-    if expected[~keep].sum() > 0:
-        obs, exp = np.append(obs, f[~keep].sum()), np.append(exp, expected[~keep].sum())
-    return stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
 
 
 @pytest.mark.parametrize("prior", PRIORS)

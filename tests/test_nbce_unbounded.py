@@ -19,12 +19,12 @@ import itertools
 
 import numpy as np
 import pytest
-from scipy import stats
 from scipy.special import gammaln, logsumexp
 
 from consensuskit.data.ensemble import Ensemble
 from consensuskit.models.nbce.gibbs import GibbsState
 from consensuskit.models.nbce.gibbs.kernels import _seed
+from tests._exact_checks import chi2_pvalue, stick_breaking_labels
 
 A0, BETA, BINS = 0.8, 0.3, 5
 X_SMALL = np.array([[0, 1, 0], [0, 1, 0], [0, 1, 0], [1, 0, -1], [1, 0, 2], [0, 0, 2]])
@@ -107,22 +107,7 @@ def _bin_probs():
 
 def _prior_draw(rng):
     """Labelled z from the untruncated stick-breaking prior (sticks drawn as needed)."""
-    z = np.empty(N, dtype=np.int64)
-    weights = []
-    rest = 1.0
-    for n in range(N):
-        u, acc, k = rng.random(), 0.0, 0
-        while True:
-            if k == len(weights):
-                v = rng.beta(1.0, A0)
-                weights.append(rest * v)
-                rest *= 1.0 - v
-            acc += weights[k]
-            if u < acc:
-                break
-            k += 1
-        z[n] = k
-    return z
+    return stick_breaking_labels(rng, N, A0)
 
 
 def _posterior_draws(reps, rng):
@@ -139,16 +124,6 @@ def _bin(z):
     if z.max() >= BINS:
         return BINS**N
     return int(z @ BINS ** np.arange(N)[::-1])
-
-
-def _chi2(draws, p):
-    f = np.bincount(draws, minlength=p.size)
-    expected = p * draws.size
-    keep = expected >= 5
-    obs, exp = f[keep], expected[keep]
-    if expected[~keep].sum() > 0:
-        obs, exp = np.append(obs, f[~keep].sum()), np.append(exp, expected[~keep].sum())
-    return stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
 
 
 def _after_move(move, reps=2500, seed=0, unbounded=True):
@@ -175,7 +150,7 @@ def _pvalue(move, **kw):
         sizes = np.bincount(z)
         pk[sizes.size] += np.exp(sizes.size * np.log(A0) + gammaln(A0) - gammaln(A0 + N)
                                  + gammaln(sizes).sum() + _loglik(z) - log_px)
-    return min(_chi2(draws, p), _chi2(occupied, pk))
+    return min(chi2_pvalue(draws, p), chi2_pvalue(occupied, pk))
 
 
 def test_reference_log_prior_and_loglik_equal_the_samplers():

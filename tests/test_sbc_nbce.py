@@ -31,6 +31,7 @@ from consensuskit.models.nbce import spec as nbce
 from consensuskit.models.nbce.gibbs import GibbsState, gibbs_nbce, gibbs_step
 from consensuskit.models.nbce.priors import get_prior
 from consensuskit.models.nbce.spec import log_likelihood_collapsed
+from tests._exact_checks import stick_breaking_labels
 
 #: the cases: size of the data, prior, hyper-parameters, what the sampler does
 CASES = {
@@ -57,20 +58,7 @@ def simulate_untruncated(rng, N, n_labels, a0, b, missing=0.0):
     """One draw (z (N,), global label index (N, M)) from the untruncated model: sticks
     ``Beta(1, a0)`` drawn as far as the points need, ``theta_kj ~ Dir(b)`` per occupied
     component, labels ``x_ij ~ Cat(theta_{z_i j})``."""
-    weights, rest = [], 1.0
-    z = np.empty(N, dtype=np.int64)
-    for n in range(N):
-        u, acc, k = rng.random(), 0.0, 0
-        while True:
-            if k == len(weights):
-                v = rng.beta(1.0, a0)
-                weights.append(rest * v)
-                rest *= 1.0 - v
-            acc += weights[k]
-            if u < acc:
-                break
-            k += 1
-        z[n] = k
+    z = stick_breaking_labels(rng, N, a0)
     offsets = np.concatenate([[0], np.cumsum(n_labels)[:-1]])
     idx = np.empty((N, len(n_labels)), dtype=np.int64)
     for k in np.unique(z):
