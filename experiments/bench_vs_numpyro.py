@@ -228,25 +228,11 @@ def peer_variant(data_path, out_path):
         json.dump(out, f)
 
 
-def bce_reliability(labels=None, *, n_labels, n_clusters, c_beta=0.2, **kw):
-    """Notebook 03's variant, verbatim: BCE with a reliability rho_j per base clustering."""
-    import pyro
-    import pyro.distributions as dist
-    import torch
+def bce_reliability(labels=None, *, n_labels, n_clusters, **kw):
+    """Notebook 03's variant: :func:`user_variants.bce_reliability` with ``c_beta=0.2``."""
+    from user_variants import bce_reliability as variant
 
-    from consensuskit.models import bce
-
-    alpha = pyro.sample("alpha", dist.Gamma(torch.full((n_clusters,), 2.0), 2.0).to_event(1))
-    with pyro.plate("clusterings_rho", len(n_labels)):
-        rho = pyro.sample("rho", dist.Beta(torch.tensor(2.0), torch.tensor(1.0)))
-    betas = []
-    for j, k in enumerate(n_labels):
-        with pyro.plate(f"clusters_{j}", n_clusters):
-            beta_j = pyro.sample(f"beta_{j}", dist.Dirichlet(torch.full((k,), c_beta)))
-        b_j = pyro.sample(f"background_{j}", dist.Dirichlet(torch.ones(k)))
-        betas.append(rho[j] * beta_j + (1 - rho[j]) * b_j)
-    return bce.model(labels, n_labels=n_labels, n_clusters=n_clusters, alpha=alpha,
-                     beta=betas, **kw)
+    return variant(labels, n_labels=n_labels, n_clusters=n_clusters, c_beta=0.2, **kw)
 
 
 def wine_ensemble():

@@ -18,16 +18,17 @@ def bce_alpha_hyperprior(labels=None, *, n_labels, n_clusters, **kw):
     return bce.model(labels, n_labels=n_labels, n_clusters=n_clusters, alpha=alpha, **kw)
 
 
-def bce_reliability(labels=None, *, n_labels, n_clusters, **kw):
+def bce_reliability(labels=None, *, n_labels, n_clusters, c_beta=0.5, **kw):
     """BCE with a reliability rho_j per base clustering: column j's labels follow the
-    consensus cluster with probability rho_j, else a background distribution b_j."""
+    consensus cluster with probability rho_j, else a background distribution b_j
+    (``beta_j ~ Dirichlet(c_beta)``; notebook 03 uses ``c_beta=0.2``)."""
     alpha = pyro.sample("alpha", dist.Gamma(torch.full((n_clusters,), 2.0), 2.0).to_event(1))
     with pyro.plate("clusterings_rho", len(n_labels)):
         rho = pyro.sample("rho", dist.Beta(torch.tensor(2.0), torch.tensor(1.0)))
     betas = []
     for j, k in enumerate(n_labels):
         with pyro.plate(f"clusters_{j}", n_clusters):
-            beta_j = pyro.sample(f"beta_{j}", dist.Dirichlet(torch.full((k,), 0.5)))
+            beta_j = pyro.sample(f"beta_{j}", dist.Dirichlet(torch.full((k,), c_beta)))
         b_j = pyro.sample(f"background_{j}", dist.Dirichlet(torch.ones(k)))
         betas.append(rho[j] * beta_j + (1 - rho[j]) * b_j)
     return bce.model(labels, n_labels=n_labels, n_clusters=n_clusters, alpha=alpha,
