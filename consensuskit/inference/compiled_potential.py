@@ -33,7 +33,7 @@ import pyro
 import torch
 
 __all__ = ["FlatPotential", "traced_potential", "register_potential", "build_potential",
-           "hand_written_potential"]
+           "fixed_sampled_sites", "hand_written_potential"]
 
 
 class _ValueWithGradient(torch.autograd.Function):
@@ -196,6 +196,13 @@ def hand_written_potential(model):
     return _HAND_WRITTEN.get(model) or getattr(model, "potential", None)
 
 
+def fixed_sampled_sites(builder, model_kwargs) -> list:
+    """The sites the hand-written potential ``builder`` samples that ``model_kwargs`` fixes
+    or computes (its ``sampled_sites`` given a value): non-empty, the call is another model
+    and must be traced."""
+    return [k for k in getattr(builder, "sampled_sites", ()) if model_kwargs.get(k) is not None]
+
+
 def build_potential(model, labels, model_kwargs, *, max_plate_nesting=None, method="auto",
                     compile=False) -> FlatPotential:
     """``model``'s potential on ``labels``: hand-written when registered, else traced.
@@ -214,7 +221,7 @@ def build_potential(model, labels, model_kwargs, *, max_plate_nesting=None, meth
         raise KeyError("no hand-written potential registered for this model")
     # a spec called with some of the sites the hand-written potential samples fixed or
     # computed (a user's variant) is another model: trace it
-    fixed = [k for k in getattr(builder, "sampled_sites", ()) if kw.get(k) is not None]
+    fixed = fixed_sampled_sites(builder, kw)
     if method == "hand-written" and fixed:
         raise ValueError(f"the hand-written potential samples {fixed}, which are given")
     if method != "traced" and builder is not None and not fixed:

@@ -361,11 +361,14 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         one and the call fixes none of the sites it samples (the built-in MM spec:
         :mod:`consensuskit.inference.compiled_potential`; same sampler, same output),
         else on Pyro's potential (``potential_`` says which)."""
-        from consensuskit.inference.compiled_potential import hand_written_potential
+        from consensuskit.inference.compiled_potential import (
+            fixed_sampled_sites,
+            hand_written_potential,
+        )
         from consensuskit.inference.pyro_mcmc import fit_nuts
 
         builder = hand_written_potential(self.model)
-        fixed = [k for k in getattr(builder, "sampled_sites", ()) if kw.get(k) is not None]
+        fixed = fixed_sampled_sites(builder, kw)
         run = dict(model_kwargs=kw, num_samples=self.num_samples,
                    warmup_steps=self.warmup_steps, num_chains=self.num_chains,
                    max_plate_nesting=P, max_tree_depth=self.max_tree_depth, seed=seed,
