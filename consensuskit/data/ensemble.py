@@ -185,20 +185,7 @@ class Ensemble:
             _check_observed(codes, allow_missing_rows)
             return cls(codes=codes, n_labels=n_labels, categories=cats)
         L, names = _labels_and_names(A)
-        observed = L >= 0
-        empty_cols = np.flatnonzero(~observed.any(axis=0))
-        if empty_cols.size:
-            raise ValueError(
-                f"base clustering (column) {empty_cols[0]} has no observed label "
-                f"({empty_cols.size} such column(s)); remove it"
-            )
-        if not allow_missing_rows:
-            empty_rows = np.flatnonzero(~observed.any(axis=1))
-            if empty_rows.size:
-                raise ValueError(
-                    f"row {empty_rows[0]} has no observed label in any base clustering "
-                    f"({empty_rows.size} such row(s)); remove it or give it a label"
-                )
+        _check_observed(L, allow_missing_rows)
         N, M = L.shape
         cats, uniqs = [], []
         n_labels = np.empty(M, dtype=np.int64)
