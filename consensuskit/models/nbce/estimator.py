@@ -115,9 +115,14 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     inference : {"gibbs", "vb", "cvb"}, default "gibbs"
         Collapsed Gibbs sampling (numba), mean-field VB (FSD only, torch) or
         first-order collapsed VB (torch).
-    n_samples, burn_in, thin, n_chains : int, default 500, 200, 1, 4
-        Gibbs: retained draws per chain, discarded sweeps, thinning, chains (four
-        chains: what split R-hat needs to mean something).
+    n_samples, burn_in, n_chains : int, default 500, 200, 4
+        Gibbs: retained draws per chain, discarded sweeps, chains (four chains: what
+        split R-hat needs to mean something).
+    thin : int or None, default None
+        Gibbs: sweeps per retained draw; None: 1 to 5 by the ensemble's size N x M
+        (:func:`~consensuskit.models.nbce.gibbs.chains.default_thin`: 5 up to N x M =
+        20,000, 2 at N = 2,000 and M = 20, 1 from 100,000), so small ensembles, whose
+        sweeps are cheap, get more of them; ``thin_`` is the value used.
     n_split_merge : int or None, default None
         Gibbs: split-merge Metropolis-Hastings proposals per sweep, then (if positive) one
         Gibbs move of every group of identical rows (None: 100 at every N, so a sweep's cost
@@ -212,7 +217,9 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     lower_bound_, lower_bounds_, n_iter_, converged_
         VB: the ELBO (non-decreasing).  CVB: its first-order approximation
         (monitoring only, not guaranteed monotone).  For Gibbs only ``n_iter_``
-        is set: the number of sweeps per chain, ``burn_in + n_samples * thin``.
+        is set: the number of sweeps per chain, ``burn_in + n_samples * thin_``.
+    thin_ : int
+        Gibbs: the sweeps per retained draw used (``thin``, or its default).
     """
 
     def __init__(
@@ -223,7 +230,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         inference="gibbs",
         n_samples=500,
         burn_in=200,
-        thin=1,
+        thin=None,
         n_chains=4,
         n_split_merge=None,
         point_estimate="vi",
@@ -272,7 +279,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         "inference": OneOf("gibbs", "vb", "cvb"),
         "n_samples": Integer(1),
         "burn_in": Integer(0),
-        "thin": Integer(1),
+        "thin": Integer(1, optional=True),
         "n_chains": Integer(1),
         "n_split_merge": Integer(0, optional=True),
         "point_estimate": OneOf("vi", "binder", "dahl"),
@@ -358,7 +365,8 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
                     if value.ndim >= 2 and key not in ("log_joint_trace", "move_stats"):
                         out[key] = out[key][:, draws]
         self.samples_ = out
-        self.n_iter_ = int(self.burn_in + self.n_samples * self.thin)  # sweeps per chain
+        self.thin_ = int(out["thin"])
+        self.n_iter_ = int(self.burn_in + self.n_samples * self.thin_)  # sweeps per chain
         C, S = out["log_joint"].shape
         Z = out["z"].reshape(C * S, -1)
         self._partition_posterior = None  # partition_posterior_ makes it on first use
