@@ -131,10 +131,12 @@ def _diagnostics(est):
     return out
 
 
-def run_cell(cell, runs, n_chains=None):
+def run_cell(cell, runs, n_chains=None, point_estimate=None):
     """Fit default NBCE ``runs`` times on one cell's ensemble; one result dict.
     ``n_chains`` overrides the default chain count only (for checkouts whose default is
-    fewer than the four the diagnostics need)."""
+    fewer than the four the diagnostics need); ``point_estimate="dahl"`` skips the
+    default's SALSO search for ``labels_``, which runs after the chains and changes
+    neither the draws nor the diagnostics (only the CPU column)."""
     import consensuskit as ck
 
     name, M, prior, family = cell
@@ -142,6 +144,8 @@ def run_cell(cell, runs, n_chains=None):
     fits = []
     for r in range(runs):
         kw = {} if n_chains is None else {"n_chains": n_chains}
+        if point_estimate is not None:
+            kw["point_estimate"] = point_estimate
         est = ck.NBCE(prior=prior, random_state=1000 + r, **kw)
         c0 = time.process_time()
         with warnings.catch_warnings(record=True) as caught:
@@ -175,9 +179,9 @@ def run_cell(cell, runs, n_chains=None):
 
 
 def _worker(args):
-    cell, runs, n_chains = args
+    cell, runs, n_chains, point_estimate = args
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
-    return run_cell(tuple(cell), runs, n_chains)
+    return run_cell(tuple(cell), runs, n_chains, point_estimate)
 
 
 def _load(path):
@@ -227,6 +231,9 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--n-chains", type=int, default=None,
                    help="override the default chain count (nothing else)")
+    p.add_argument("--point-estimate", default=None,
+                   help="override NBCE's point_estimate (dahl: no SALSO search after the "
+                        "chains; the draws and diagnostics are the same)")
     p.add_argument("--breadth", action="store_true",
                    help="one cell per dataset, settings rotated (breadth_cells)")
     p.add_argument("--breadth-offset", type=int, default=0)
@@ -245,7 +252,7 @@ def main(argv=None):
         from tqdm import tqdm
 
         with ProcessPoolExecutor(max_workers=a.jobs) as pool, open(a.out, "a") as f:
-            jobs = [(c, a.runs, a.n_chains) for c in todo]
+            jobs = [(c, a.runs, a.n_chains, a.point_estimate) for c in todo]
             for row in tqdm(pool.map(_worker, jobs), total=len(todo),
                             desc="NBCE validation cells"):
                 f.write(json.dumps(row) + "\n")
