@@ -11,7 +11,8 @@ at most 2,000) x ensemble size M in {10, 20} x base algorithm family x prior:
 
 ``--breadth`` runs one cell per dataset instead of the full product, the settings rotated
 so that both M, both priors and all four families are used (:func:`breadth_cells`;
-``--breadth-offset 1`` gives each dataset the other M).
+``--breadth-offset 1`` gives each dataset the other M); with ``--datasets`` it runs those
+datasets' cells, in that order.
 
 Each cell fits ``NBCE(prior=...)`` with every other setting at its default (so the
 defaults' chain count and lengths are what is judged), ``--runs`` times with independent
@@ -241,8 +242,9 @@ def main(argv=None):
     p.add_argument("--table", action="store_true", help="only print the table of --out")
     a = p.parse_args(argv)
     names = a.datasets or list(datasets.names())
-    if a.breadth:
-        cells = breadth_cells(names, a.breadth_offset)
+    if a.breadth:  # settings by position among all datasets; run in --datasets' order
+        plan = {c[0]: c for c in breadth_cells(list(datasets.names()), a.breadth_offset)}
+        cells = [plan[n] for n in names]
     else:
         cells = [(n, M, pr, f) for n in names for M in a.M for pr in a.prior
                  for f in a.algorithms]
