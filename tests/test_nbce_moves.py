@@ -268,12 +268,14 @@ def test_estimator_reports_moves_and_honours_n_jobs(rng):
     np.testing.assert_array_equal(a.samples_["z"], b.samples_["z"])
     st = a.split_merge_stats_
     assert st["splits_proposed"] + st["merges_proposed"] + \
-        st["splits_without_empty_component"] == 2 * 20 * 100  # chains x sweeps x default
+        st["splits_without_empty_component"] == 2 * a.n_iter_ * 100  # chains x sweeps
+    assert a.thin_ == 5 and a.n_iter_ == 10 + 10 * 5  # default thin of a small ensemble
     assert st["group_moves_changed"] > 0
     assert a.n_slice_kept_ == 0
     off = ck.NBCE(n_split_merge=0, **kw).fit(X)
     assert sum(off.split_merge_stats_.values()) == 0
-    for bad in (dict(n_jobs=0), dict(n_split_merge=-1), dict(n_split_merge="many")):
+    for bad in (dict(n_jobs=0), dict(n_split_merge=-1), dict(n_split_merge="many"),
+                dict(thin=0)):
         with pytest.raises((ValueError, TypeError)):
             ck.NBCE(**bad).fit(X)
 

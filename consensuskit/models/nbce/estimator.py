@@ -115,14 +115,10 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     inference : {"gibbs", "vb", "cvb"}, default "gibbs"
         Collapsed Gibbs sampling (numba), mean-field VB (FSD only, torch) or
         first-order collapsed VB (torch).
-    n_samples, burn_in, n_chains : int, default 500, 200, 4
-        Gibbs: retained draws per chain, discarded sweeps, chains (four chains: what
-        split R-hat needs to mean something).
-    thin : int or None, default None
-        Gibbs: sweeps per retained draw; None: 1 to 5 by the ensemble's size N x M
-        (:func:`~consensuskit.models.nbce.gibbs.chains.default_thin`: 5 up to N x M =
-        20,000, 2 at N = 2,000 and M = 20, 1 from 100,000), so small ensembles, whose
-        sweeps are cheap, get more of them; ``thin_`` is the value used.
+    n_samples, burn_in, n_chains, thin : int, default 500, 200, 4, None
+        Gibbs: draws kept per chain, sweeps discarded, chains (4 for split R-hat), sweeps
+        per draw (None: 5 down to 1 as N x M grows to 1e5, ``gibbs.chains.default_thin``;
+        the value used is ``thin_``).
     n_split_merge : int or None, default None
         Gibbs: split-merge Metropolis-Hastings proposals per sweep, then (if positive) one
         Gibbs move of every group of identical rows (None: 100 at every N, so a sweep's cost
@@ -218,8 +214,6 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         VB: the ELBO (non-decreasing).  CVB: its first-order approximation
         (monitoring only, not guaranteed monotone).  For Gibbs only ``n_iter_``
         is set: the number of sweeps per chain, ``burn_in + n_samples * thin_``.
-    thin_ : int
-        Gibbs: the sweeps per retained draw used (``thin``, or its default).
     """
 
     def __init__(
