@@ -178,8 +178,45 @@ def ordered(cells, order, seed=0):
     return first + [rest[i] for i in perm]
 
 
+def report(path):
+    """The rows of a ``--out`` file, then what the must-show asks of them."""
+    rows = [json.loads(line) for line in open(path)]
+    print(HEAD)
+    for r in rows:
+        print(fmt(r))
+    ok = [r for r in rows if "error" not in r]
+    bad = [r for r in rows if "error" in r]
+    print(f"\n{len(rows)} rows, {len(bad)} failed")
+    for N in sorted({r["N"] for r in ok}):
+        at = [r for r in ok if r["N"] == N]
+        cells = {(r["K"], r["M"], r["alpha"], r["kj"]) for r in at}
+        both = {c for c in cells if sum((r["K"], r["M"], r["alpha"], r["kj"]) == c
+                                        for r in at) >= 2}
+        print(f"N = {N}: {len(at)} rows, {len(cells)} cells ({len(both)} with 2 seeds)")
+        for name, i in (("K", 0), ("M", 1), ("alpha", 2), ("kj", 3)):
+            vals = sorted({c[i] for c in both})
+            print(f"  {name} values with both seeds: {vals}")
+        d = np.array([r["default"] for r in at])
+        print(f"  default/oracle: {d.min():.4f} - {d.max():.4f}; above 1.01 in "
+              f"{(d > 1.01).sum()} of {d.size}")
+        z = np.array([r["z_d_mm"] for r in at])
+        print(f"  z(default - MM): {z.min():.2f} - {z.max():.2f}; below -2 in "
+              f"{(z < -2).sum()} of {z.size}")
+        nb = [r for r in at if "NBCE" in r]
+        if nb:
+            zn = np.array([r["z_d_nbce"] for r in nb])
+            print(f"  z(default - NBCE): {zn.min():.2f} - {zn.max():.2f}; below -2 in "
+                  f"{(zn < -2).sum()} of {zn.size}")
+        for M in sorted({r["M"] for r in at}):
+            sa = np.array([r["sa_default"] / r["sa_true"] for r in at if r["M"] == M])
+            print(f"  M = {M:>2}: default sum(alpha)/truth {sa.min():.2f} - {sa.max():.2f} "
+                  f"(median {np.median(sa):.2f}, {sa.size} rows)")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--report", default=None, metavar="FILE",
+                    help="print a --out file's rows and the must-show checks, then exit")
     ap.add_argument("--K", type=int, nargs="+", default=[2, 3, 5, 8, 12])
     ap.add_argument("--M", type=int, nargs="+", default=[4, 10, 20, 40])
     ap.add_argument("--alpha", type=float, nargs="+", default=[0.1, 0.3, 1.0])
@@ -197,6 +234,8 @@ def main(argv=None):
     ap.add_argument("--no-meanfield", action="store_true")
     ap.add_argument("--out", default=None, help="JSON lines file; cells in it are skipped")
     args = ap.parse_args(argv)
+    if args.report:
+        return report(args.report)
     torch.set_num_threads(1)
     done = set()
     if args.out and os.path.exists(args.out):
