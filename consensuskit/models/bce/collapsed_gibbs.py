@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from scipy.special import digamma, gammaln
+from scipy.special import gammaln
 
 from consensuskit.inference.driver import Engine
 from consensuskit.models.bce import gibbs_kernels
@@ -115,18 +115,14 @@ def minka_eta(clab, ccol, label_column, n_labels, eta, *, n_iter: int = 100,
         eta <- eta sum_{r,h} [psi(c_rh + eta) - psi(eta)]
                / sum_{j,h} k_j [psi(c_jh + k_j eta) - psi(k_j eta)]
 
-    Returns ``(eta, clipped)``.
+    Returns ``(eta, clipped)``.  (The iteration runs in a numba kernel,
+    :func:`~consensuskit.models.bce.gibbs_kernels.minka_eta_iterate`.)
     """
-    kj = np.asarray(n_labels, dtype=np.float64)[:, None]
-    e = float(eta)
-    for _ in range(n_iter):
-        num = float((digamma(clab + e) - digamma(e)).sum())
-        den = float((kj * (digamma(ccol + kj * e) - digamma(kj * e))).sum())
-        new = float(np.clip(e * num / den, *ETA_RANGE))
-        done = abs(new - e) / e < rtol
-        e = new
-        if done:
-            break
+    e = gibbs_kernels.minka_eta_iterate(
+        np.ascontiguousarray(clab, dtype=np.float64), np.ascontiguousarray(ccol,
+                                                                           dtype=np.float64),
+        np.ascontiguousarray(n_labels, dtype=np.float64), float(eta), int(n_iter),
+        float(rtol), *ETA_RANGE)
     return e, bool(e <= ETA_RANGE[0] or e >= ETA_RANGE[1])
 
 
