@@ -80,8 +80,8 @@ def maximise(weights, pats, log_alpha0, log_beta0, total=None, max_iter=300):
                             tolerance_change=1e-13, history_size=20,
                             line_search_fn="strong_wolfe")
 
-    def alpha_of(u):
-        return total * torch.softmax(u, 0) if total is not None else torch.exp(u)
+    def alpha_of(u):  # log alpha kept in [-20, 8]: a line search that overflows exp gave NaN
+        return total * torch.softmax(u, 0) if total is not None else torch.exp(u.clamp(-20, 8))
 
     def closure():
         opt.zero_grad()
