@@ -127,6 +127,74 @@ def test_numba_cache_index_race_without_the_lock(tmp_path):
     assert bad > 0
 
 
+def _fork(fn, *args) -> int:
+    """``fn(*args)`` in a forked child; exit status 0 when it returned, 1 when it raised."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fn(*args)
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _exit_code(pid) -> int:
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _index_processes(folder, locked, procs=4, keys=5):
+    """``procs`` forked processes released together, each adding ``keys`` entries of its
+    own to one numba cache index; (entries lost or loading another's data, exit codes)."""
+    from numba.core import caching
+
+    from consensuskit.io import numba_cache
+
+    numba_cache.install()
+    cls = caching.IndexDataCacheFile
+    save = cls.save if locked else cls.save.__wrapped__
+    stamp = ("stamp", 1)
+
+    def add(p, gate):
+        cache = cls(str(folder), "kernel-1.py311", stamp)
+        os.read(gate, 1)
+        for j in range(keys):
+            save(cache, ("sig", p, j), {"who": (p, j), "pad": b"x" * 200_000})
+
+    r, w = os.pipe()
+    pids = [_fork(add, p, r) for p in range(procs)]
+    os.write(w, b"g" * procs)
+    codes = [_exit_code(pid) for pid in pids]
+    os.close(r)
+    os.close(w)
+    cache = cls(str(folder), "kernel-1.py311", stamp)
+    bad = sum((got := cache.load(("sig", p, j))) is None or got["who"] != (p, j)
+              for p in range(procs) for j in range(keys))
+    return bad, codes
+
+
+@pytest.mark.slow
+def test_numba_cache_index_concurrent_processes(tmp_path):
+    """Processes (not threads) adding entries to one index at once: none is lost
+    (experiments/concurrency_rounds.py index-procs runs 100 rounds)."""
+    for rnd in range(20):
+        folder = tmp_path / str(rnd)
+        folder.mkdir()
+        assert _index_processes(folder, locked=True) == (0, [0, 0, 0, 0])
+
+
+@pytest.mark.slow
+def test_numba_cache_index_processes_without_the_lock(tmp_path):
+    """Negative control: numba's unlocked save loses entries across processes here."""
+    bad = 0
+    for rnd in range(20):
+        folder = tmp_path / str(rnd)
+        folder.mkdir()
+        bad += _index_processes(folder, locked=False)[0] > 0
+    assert bad > 0
+
+
 @pytest.mark.slow
 def test_numba_cache_concurrent_processes(tmp_path):
     """The same with processes (a few rounds: each starts 8 interpreters)."""
@@ -168,6 +236,98 @@ def test_two_fits_sharing_a_checkpoint_path(tmp_path):
     ck.BCE(n_clusters=2, n_init=1, max_iter=2, random_state=0, checkpoint_path=path).fit(X)
 
 
+X2 = X[::-1].copy()  # other data: a checkpoint of it is refused for X
+
+
+def _holder(path, started, release):
+    """BCE fit on ``path`` calling ``started()`` then ``release()`` in its first callback
+    (so it holds the path while another fit tries it)."""
+    calls = []
+
+    def cb(state):
+        if not calls:
+            calls.append(1)
+            started()
+            release()
+
+    return ck.BCE(n_clusters=2, n_init=1, max_iter=3, tol=0.0, random_state=0,
+                  alpha_estimate="meanfield", callback=cb, checkpoint_path=path,
+                  checkpoint_every=1).fit(X)
+
+
+def _intruder(path) -> str:
+    try:
+        ck.BCE(n_clusters=2, n_init=1, max_iter=3, tol=0.0, random_state=0,
+               alpha_estimate="meanfield", checkpoint_path=path, checkpoint_every=1).fit(X2)
+    except RuntimeError as exc:
+        return "refused" if "is in use by another running fit" in str(exc) else repr(exc)
+    return "ran"
+
+
+def _holds_holders_run(path) -> bool:
+    """The file at ``path`` is the holder's run (resuming it on X is accepted)."""
+    try:
+        ck.BCE(n_clusters=2, n_init=1, max_iter=3, tol=0.0, random_state=0,
+               alpha_estimate="meanfield", callback=lambda s: False).fit(X, resume_from=path)
+    except ValueError:
+        return False
+    return True
+
+
+def _two_processes_one_path(path):
+    """The holder and the intruder as two forked processes; (intruder's outcome, exit
+    codes of intruder and holder)."""
+    s_r, s_w = os.pipe()
+    g_r, g_w = os.pipe()
+    o_r, o_w = os.pipe()
+    holder = _fork(_holder, path, lambda: os.write(s_w, b"s"), lambda: os.read(g_r, 1))
+    os.read(s_r, 1)
+    intruder = _fork(lambda: os.write(o_w, _intruder(path).encode()[:200]))
+    rc_i = _exit_code(intruder)
+    outcome = os.read(o_r, 200).decode()
+    os.write(g_w, b"g")
+    rc_h = _exit_code(holder)
+    for fd in (s_r, s_w, g_r, g_w, o_r, o_w):
+        os.close(fd)
+    return outcome, rc_i, rc_h
+
+
+def _without_the_checkpoint_lock(monkeypatch):
+    from consensuskit.io import checkpoint
+
+    monkeypatch.setattr(checkpoint, "_lock", lambda path: os.open(os.devnull, os.O_RDONLY))
+
+
+@pytest.mark.parametrize("rounds", [pytest.param(1, id="1"),
+                                    pytest.param(20, id="20", marks=pytest.mark.slow)])
+def test_two_processes_sharing_a_checkpoint_path(tmp_path, rounds):
+    """The second process's fit fails at once with the clear error; the file holds the
+    first's run (experiments/concurrency_rounds.py ck-procs runs 100 rounds)."""
+    for rnd in range(rounds):
+        path = tmp_path / f"run{rnd}.ck"
+        assert _two_processes_one_path(path) == ("refused", 0, 0)
+        assert _holds_holders_run(path)
+
+
+def test_two_fits_sharing_a_path_without_the_lock(tmp_path, monkeypatch):
+    """Negative control of the two tests above: without the lock the second fit, in a
+    thread or in a process, runs and overwrites the first one's state (the issue's
+    silent loss)."""
+    _without_the_checkpoint_lock(monkeypatch)
+    path = tmp_path / "thread.ck"
+    go = threading.Event()
+    th = threading.Thread(target=_holder, args=(path, lambda: None, lambda: go.wait(30)))
+    th.start()
+    try:
+        assert _intruder(path) == "ran"
+        assert not _holds_holders_run(path)
+    finally:
+        go.set()
+        th.join(60)
+    path = tmp_path / "process.ck"
+    assert _two_processes_one_path(path)[0] == "ran"
+
+
 def test_many_threads_saving_one_path(tmp_path):
     est = ck.MM(n_clusters=2, n_init=1, max_iter=5, random_state=0).fit(X)
     path = tmp_path / "m.ck"
@@ -203,11 +363,13 @@ WRITER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
-def test_killed_writer_leaves_nothing_after_the_next_write(tmp_path):
+def _killed_writer_leftovers(tmp_path, attempts=5):
+    """Kill a process looping over ``persistence.save`` while its temporary file exists,
+    then write again from here; (temporaries after the kill, files after the next
+    write)."""
     path = tmp_path / "m.ck"
     left = []
-    for _attempt in range(5):  # until a kill lands inside a write (it nearly always does)
+    for _attempt in range(attempts):  # until a kill lands inside a write (nearly always)
         p = subprocess.Popen([sys.executable, "-c", WRITER, str(path)],
                              stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=os.getcwd()))
         assert p.stdout.readline().strip() == b"ready"
@@ -220,7 +382,23 @@ def test_killed_writer_leaves_nothing_after_the_next_write(tmp_path):
         left = [n for n in os.listdir(tmp_path) if ".tmp-" in n]
         if left:
             break
-    assert left, "no kill landed inside a write"
     est = ck.MM(n_clusters=2, n_init=1, max_iter=3, random_state=0).fit(X)
     persistence.save(est, path)
-    assert sorted(os.listdir(tmp_path)) == ["m.ck"]
+    return left, sorted(os.listdir(tmp_path))
+
+
+@pytest.mark.slow
+def test_killed_writer_leaves_nothing_after_the_next_write(tmp_path):
+    """(experiments/concurrency_rounds.py killed-writes runs 100 rounds of a checkpointed
+    fit killed inside a write and resumed.)"""
+    left, after = _killed_writer_leftovers(tmp_path)
+    assert left, "no kill landed inside a write"
+    assert after == ["m.ck"]
+
+
+@pytest.mark.slow
+def test_killed_writer_leftovers_without_the_cleanup(tmp_path, monkeypatch):
+    """Negative control: without removing stale temporaries the killed write's file stays."""
+    monkeypatch.setattr(persistence, "remove_stale_temporaries", lambda path: [])
+    left, after = _killed_writer_leftovers(tmp_path)
+    assert left and after == sorted(["m.ck", *left])
