@@ -274,22 +274,53 @@ def _holds_holders_run(path) -> bool:
     return True
 
 
-def _two_processes_one_path(path):
-    """The holder and the intruder as two forked processes; (intruder's outcome, exit
-    codes of intruder and holder)."""
-    s_r, s_w = os.pipe()
-    g_r, g_w = os.pipe()
-    o_r, o_w = os.pipe()
-    holder = _fork(_holder, path, lambda: os.write(s_w, b"s"), lambda: os.read(g_r, 1))
-    os.read(s_r, 1)
-    intruder = _fork(lambda: os.write(o_w, _intruder(path).encode()[:200]))
-    rc_i = _exit_code(intruder)
-    outcome = os.read(o_r, 200).decode()
-    os.write(g_w, b"g")
-    rc_h = _exit_code(holder)
-    for fd in (s_r, s_w, g_r, g_w, o_r, o_w):
-        os.close(fd)
-    return outcome, rc_i, rc_h
+FIT_ON_PATH = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    import consensuskit as ck
+    from consensuskit.io import checkpoint
+    role, path, unlocked = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    if unlocked:
+        checkpoint._lock = lambda path: os.open(os.devnull, os.O_RDONLY)
+    X = np.array([[0, 1, 0], [0, 1, 0], [1, 0, 1], [1, 0, 1], [0, 0, 1], [1, 1, 0]] * 5)
+    calls = []
+    def hold(state):  # the holder signals, then waits for a line on stdin
+        if not calls:
+            calls.append(1)
+            print("started", flush=True)
+            sys.stdin.readline()
+    kw = dict(n_clusters=2, n_init=1, max_iter=3, tol=0.0, random_state=0,
+              alpha_estimate="meanfield", checkpoint_path=path, checkpoint_every=1)
+    if role == "holder":
+        print(ck.BCE(callback=hold, **kw).fit(X).n_iter_, flush=True)
+    else:
+        try:
+            ck.BCE(**kw).fit(X[::-1].copy())
+            print("ran")
+        except RuntimeError as exc:
+            print("refused" if "is in use by another running fit" in str(exc) else repr(exc))
+""")
+
+
+def _two_processes_one_path(path, unlocked=False):
+    """The holder and the intruder as two processes (fresh interpreters); (intruder's
+    outcome, exit codes of intruder and holder)."""
+    env = dict(os.environ, PYTHONPATH=os.getcwd(), OMP_NUM_THREADS="1")
+    flag = "1" if unlocked else "0"
+    holder = subprocess.Popen([sys.executable, "-c", FIT_ON_PATH, "holder", str(path), flag],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "started"
+        intruder = subprocess.run([sys.executable, "-c", FIT_ON_PATH, "intruder", str(path),
+                                   flag], capture_output=True, text=True, env=env, timeout=300)
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        out, _ = holder.communicate(timeout=300)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    assert out.strip() == "3"
+    return intruder.stdout.strip(), intruder.returncode, holder.returncode
 
 
 def _without_the_checkpoint_lock(monkeypatch):
@@ -298,21 +329,19 @@ def _without_the_checkpoint_lock(monkeypatch):
     monkeypatch.setattr(checkpoint, "_lock", lambda path: os.open(os.devnull, os.O_RDONLY))
 
 
-@pytest.mark.parametrize("rounds", [pytest.param(1, id="1"),
-                                    pytest.param(20, id="20", marks=pytest.mark.slow)])
-def test_two_processes_sharing_a_checkpoint_path(tmp_path, rounds):
+@pytest.mark.slow
+def test_two_processes_sharing_a_checkpoint_path(tmp_path):
     """The second process's fit fails at once with the clear error; the file holds the
     first's run (experiments/concurrency_rounds.py ck-procs runs 100 rounds)."""
-    for rnd in range(rounds):
+    for rnd in range(3):
         path = tmp_path / f"run{rnd}.ck"
         assert _two_processes_one_path(path) == ("refused", 0, 0)
         assert _holds_holders_run(path)
 
 
-def test_two_fits_sharing_a_path_without_the_lock(tmp_path, monkeypatch):
-    """Negative control of the two tests above: without the lock the second fit, in a
-    thread or in a process, runs and overwrites the first one's state (the issue's
-    silent loss)."""
+def test_two_threads_sharing_a_path_without_the_lock(tmp_path, monkeypatch):
+    """Negative control of the thread test above: without the lock the second fit runs
+    and overwrites the first one's state (the issue's silent loss)."""
     _without_the_checkpoint_lock(monkeypatch)
     path = tmp_path / "thread.ck"
     go = threading.Event()
@@ -324,11 +353,16 @@ def test_two_fits_sharing_a_path_without_the_lock(tmp_path, monkeypatch):
     finally:
         go.set()
         th.join(60)
-    path = tmp_path / "process.ck"
-    assert _two_processes_one_path(path)[0] == "ran"
 
 
-def test_many_threads_saving_one_path(tmp_path):
+@pytest.mark.slow
+def test_two_processes_sharing_a_path_without_the_lock(tmp_path):
+    """Negative control of the process test: without the lock the second process fits."""
+    assert _two_processes_one_path(tmp_path / "run.ck", unlocked=True) == ("ran", 0, 0)
+
+
+def _threads_saving_one_path(tmp_path):
+    """8 threads saving one fitted MM to one path 5 times each; (errors, the fit)."""
     est = ck.MM(n_clusters=2, n_init=1, max_iter=5, random_state=0).fit(X)
     path = tmp_path / "m.ck"
     errors = []
@@ -345,9 +379,22 @@ def test_many_threads_saving_one_path(tmp_path):
         t.start()
     for t in ths:
         t.join()
+    return errors, est
+
+
+def test_many_threads_saving_one_path(tmp_path):
+    errors, est = _threads_saving_one_path(tmp_path)
     assert errors == []
     assert sorted(os.listdir(tmp_path)) == ["m.ck"]
-    np.testing.assert_array_equal(persistence.load(path).labels_, est.labels_)
+    np.testing.assert_array_equal(persistence.load(tmp_path / "m.ck").labels_, est.labels_)
+
+
+def test_threads_saving_with_a_temporary_name_per_process(tmp_path, monkeypatch):
+    """Negative control: a temporary name unique per process only (the issue's
+    FileNotFoundError: one thread renames the file another is still writing)."""
+    monkeypatch.setattr(persistence, "_temporary_name", lambda path: f"{path}.tmp-{os.getpid()}")
+    errors, _ = _threads_saving_one_path(tmp_path)
+    assert any(isinstance(e, FileNotFoundError) for e in errors)
 
 
 WRITER = textwrap.dedent("""
