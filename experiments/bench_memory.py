@@ -44,12 +44,53 @@ def labels(n, m, k=10, seed=0, missing=0.05):
     return X
 
 
-def run_case(case, n, m):
+class PeakWhere:
+    """Where the resident set grows: a thread polls RSS every ``interval`` s and, each time
+    it passes its previous maximum by ``step`` bytes, records the main thread's innermost
+    project frames (allocations made inside torch, numpy or numba show up at the project
+    line that called them; a peak shorter than the interval can be missed)."""
+
+    def __init__(self, interval=0.002, step=16 * 2**20):
+        import threading
+
+        self.interval, self.step = interval, step
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.records, self.top = [], 0
+        self.main = threading.main_thread().ident
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _rss(self):
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self.page
+
+    def _poll(self):
+        import traceback
+
+        while not self.stop.wait(self.interval):
+            rss = self._rss()
+            if rss > self.top + self.step:
+                self.top = rss
+                frame = sys._current_frames().get(self.main)
+                stack = [f"{os.path.relpath(fs.filename)}:{fs.lineno} {fs.name}"
+                         for fs in traceback.extract_stack(frame)
+                         if "consensuskit" in fs.filename][-4:]
+                self.records.append((rss, stack))
+
+    def report(self):
+        self.stop.set()
+        self.thread.join()
+        return [{"rss": r, "stack": s} for r, s in self.records]
+
+
+def run_case(case, n, m, where=False):
     import torch  # noqa: F401  (every case, "input" included, pays the same imports)
 
     import consensuskit  # noqa: F401
 
     X = labels(n, m)
+    probe = PeakWhere() if where else None
     c0, t0 = time.process_time(), time.perf_counter()
     if case == "from_labels":
         from consensuskit.data.ensemble import Ensemble
@@ -72,6 +113,10 @@ def run_case(case, n, m):
         raise SystemExit(f"unknown case {case}")
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if probe is not None:
+        for r in probe.report():
+            print(f"  {r['rss'] / 2**30:7.3f} GiB  " + " <- ".join(reversed(r["stack"])),
+                  file=sys.stderr)
     print(json.dumps({"case": case, "peak": peak, "cpu": cpu, "wall": wall}))
 
 
@@ -80,10 +125,12 @@ def main():
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--m", type=int, default=20)
     ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--where", action="store_true",
+                    help="print, per case, the project lines at which the resident set grew")
     ap.add_argument("--case", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.case:
-        run_case(args.case, args.n, args.m)
+        run_case(args.case, args.n, args.m, where=args.where)
         return
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", NUMBA_NUM_THREADS="1",
                OPENBLAS_NUM_THREADS="1")
@@ -95,11 +142,14 @@ def main():
     base = None
     for case in args.cases.split(","):
         proc = subprocess.run([sys.executable, __file__, "--case", case, "--n", str(args.n),
-                               "--m", str(args.m)], env=env, capture_output=True, text=True)
+                               "--m", str(args.m)] + (["--where"] if args.where else []),
+                              env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"{case:14s} failed: {proc.stderr.strip().splitlines()[-1:]}")
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
+        if args.where:
+            print("\n".join(ln for ln in proc.stderr.splitlines() if ln.startswith("  ")))
         if case == "input":
             base = r["peak"]
         above = "" if base is None else f"{(r['peak'] - base) / n_lab:.1f}"
