@@ -320,7 +320,9 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     def _fit(self, ens: Ensemble, resume=None):
         T = self._validate(ens)
         rs = check_random_state(self.random_state)
-        self._idx_train = ens.offset_index()
+        # the sampler reads int32 rows; the variational engines the int64 index
+        self._idx_train = (ens.offset_index(np.int32, order="C") if self.inference == "gibbs"
+                           else ens.offset_index())
         self.n_clamped_, self.max_clamped_ = 0, 0.0
         self.point_estimate_info_ = None
         if self.inference == "gibbs":

@@ -15,6 +15,7 @@ from consensuskit.models.nbce.gibbs.moves import (
     identical_row_groups,
 )
 from consensuskit.models.nbce.gibbs.split_merge import _split_merge
+from consensuskit.models.nbce.gibbs.summaries import draw_counts
 from consensuskit.models.nbce.priors import get_prior
 
 __all__ = ["GibbsState", "conditional_probs", "sample_conditional", "gibbs_step"]
@@ -68,11 +69,9 @@ class GibbsState:
             raise ValueError(f"initial z must have shape ({N},) with values in [0, {self.T})")
         self.T = max(self.T, int(top))
         self.cnt = np.bincount(self.z, minlength=self.T).astype(np.int64)
-        self.nlk = np.zeros((self.L, self.T), dtype=np.int64)
-        self.ckm = np.zeros((M, self.T), dtype=np.int64)
-        rows, cols = np.nonzero(self.idx >= 0)
-        np.add.at(self.nlk, (self.idx[rows, cols], self.z[rows]), 1)
-        np.add.at(self.ckm, (cols, self.z[rows]), 1)
+        nkl, nkm = draw_counts(self.idx, self.z, self.T, self.n_labels)  # a column at a time
+        self.nlk = np.ascontiguousarray(nkl.T)
+        self.ckm = np.ascontiguousarray(nkm.T)
         #: split-merge and slice counters, see :meth:`iterate`
         self.stats = np.zeros(7, dtype=np.int64)
         #: share of split-merge pairs drawn near each other (see
