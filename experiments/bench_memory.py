@@ -10,6 +10,10 @@ child's CPU and wall seconds.  ``PYTHONPATH`` picks the checkout measured (e.g. 
 the numbers before a change).  One thread (OMP/MKL/NUMBA threads 1).
 
 Fits are short (a few iterations, one restart): memory, not convergence, is measured.
+BCE's default (collapsed Gibbs) runs ``n_sweeps`` on 10,000 rows and then 60 sweeps over
+all rows; ``--final-sweeps S`` (default 60, the estimator's) sets the latter for a run at
+1e7 rows (memory does not depend on it once it is at least 3, so that draws are pooled:
+compare two values at 1e6).  ``--where`` prints where the resident set grew.
 
 Usage::
 
@@ -84,7 +88,7 @@ class PeakWhere:
         return [{"rss": r, "stack": s} for r, s in self.records]
 
 
-def run_case(case, n, m, where=False):
+def run_case(case, n, m, where=False, final_sweeps=60):
     import torch  # noqa: F401  (every case, "input" included, pays the same imports)
 
     import consensuskit  # noqa: F401
@@ -98,7 +102,9 @@ def run_case(case, n, m, where=False):
         Ensemble.from_labels(X)
     elif case in ("bce", "bce_float32"):
         from consensuskit import BCE
+        from consensuskit.models.bce.collapsed_gibbs import CollapsedGibbsEM
 
+        CollapsedGibbsEM.__init__.__kwdefaults__["final_sweeps"] = final_sweeps
         BCE(n_clusters=4, max_iter=3, n_init=1, init="random", n_perplexity_samples=10,
             dtype="float32" if case == "bce_float32" else "float64", random_state=0).fit(X)
     elif case == "mm":
@@ -127,22 +133,25 @@ def main():
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--where", action="store_true",
                     help="print, per case, the project lines at which the resident set grew")
+    ap.add_argument("--final-sweeps", type=int, default=60)
     ap.add_argument("--case", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.case:
-        run_case(args.case, args.n, args.m, where=args.where)
+        run_case(args.case, args.n, args.m, where=args.where, final_sweeps=args.final_sweeps)
         return
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", NUMBA_NUM_THREADS="1",
                OPENBLAS_NUM_THREADS="1")
     n_lab = args.n * args.m
     print(f"N={args.n:,} x M={args.m}: {n_lab:,} labels (int8 input "
-          f"{n_lab / 2**30:.3f} GiB); peak RSS of a fresh process per case, input included")
+          f"{n_lab / 2**30:.3f} GiB); peak RSS of a fresh process per case, input included; "
+          f"BCE final sweeps {args.final_sweeps}")
     print(f"{'case':14s} {'peak GiB':>9s} {'B/label':>8s} {'above input':>12s} "
           f"{'CPU s':>7s} {'wall s':>7s}")
     base = None
     for case in args.cases.split(","):
         proc = subprocess.run([sys.executable, __file__, "--case", case, "--n", str(args.n),
-                               "--m", str(args.m)] + (["--where"] if args.where else []),
+                               "--m", str(args.m), "--final-sweeps", str(args.final_sweeps)]
+                              + (["--where"] if args.where else []),
                               env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"{case:14s} failed: {proc.stderr.strip().splitlines()[-1:]}")

@@ -360,7 +360,7 @@ def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: f
 
 
 def bound_at(alpha, beta, gamma, data, *, smoothing: float = 0.0,
-             block_rows: int = 65536) -> float:
+             block_rows: int = 16384) -> float:
     """:func:`lower_bound` at ``gamma`` (K, N) with ``phi`` from eq. 5 at that ``gamma``.
 
     The state a fitted estimator reports: anyone holding ``alpha``, ``beta`` and

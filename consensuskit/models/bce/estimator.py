@@ -30,6 +30,15 @@ from consensuskit.models.bce import cavi
 __all__ = ["BCE"]
 
 
+def _normalised_rows(gamma, block_rows=65536):
+    """``gamma / gamma.sum(1)`` (N, K), a block of rows at a time (no (N, 1) temporary)."""
+    out = np.empty_like(gamma)
+    for start in range(0, gamma.shape[0], block_rows):
+        rows = slice(start, start + block_rows)
+        out[rows] = gamma[rows] / gamma[rows].sum(1, keepdims=True)
+    return out
+
+
 class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     """Bayesian cluster ensemble: a mixed-membership model of base-clustering labels.
 
@@ -316,7 +325,7 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
                       for b in cavi.unpack_beta(self._beta_t, ensemble.offsets)]
         # a view of the state's (K, N) gamma when it is float64 on the CPU (no copy)
         self.gamma_ = np.asarray(state.gamma.detach().T.cpu().numpy(), dtype=np.float64)
-        self.membership_ = self.gamma_ / self.gamma_.sum(1, keepdims=True)
+        self.membership_ = _normalised_rows(self.gamma_)
         self.labels_ = self.gamma_.argmax(1)
         self.lower_bounds_ = [float(v) for v in run.objectives]
         self.lower_bound_ = self.lower_bounds_[-1]

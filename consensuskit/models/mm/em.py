@@ -485,6 +485,10 @@ class EM(Engine):
     ``(log_pi, log_theta)``: those parameters) followed by an E-step, and records ``F``
     there; a step is an M-step then an E-step.  A run has converged when
     ``|F_t - F_{t-1}| <= tol |F_{t-1}|``.
+
+    ``keep_resp=False``: a finished run's parameters come without ``resp`` (None), so that
+    the best run so far does not hold a (K, N) array while the next restart runs; the
+    caller recomputes it from the kept parameters (:func:`e_step`: the same values).
     """
 
     initial_objective = True
@@ -494,7 +498,7 @@ class EM(Engine):
     tie_rtol = 1e-12
 
     def __init__(self, layout: MMLayout, n_clusters: int, *, label_prior=1.0,
-                 weight_prior=1.0, init="random", generator=None):
+                 weight_prior=1.0, init="random", generator=None, keep_resp=True):
         if not (callable(init) or isinstance(init, tuple) or init == "random"):
             raise ValueError(f"init must be 'random' or a callable; got {init!r}")
         self.layout = layout
@@ -502,6 +506,7 @@ class EM(Engine):
         self.prior = dict(label_prior=label_prior, weight_prior=weight_prior)
         self.start = init
         self.generator = generator
+        self.keep_resp = bool(keep_resp)
         self.work = None
 
     def _e_step(self, log_pi, log_theta) -> EMState:
@@ -538,6 +543,9 @@ class EM(Engine):
 
     def result(self, state: EMState) -> EMState:
         state.counts = None
+        if not self.keep_resp:
+            state.resp = None
+        self.work = None
         return state
 
     def objective(self, state: EMState) -> float:
@@ -560,7 +568,8 @@ def run_em(layout: MMLayout, log_pi, log_theta, *, max_iter=200, tol=1e-6, label
 
 
 def fit_em(layout: MMLayout, n_clusters: int, *, n_init=5, max_iter=200, tol=1e-6,
-           label_prior=1.0, weight_prior=1.0, init="random", generator=None, verbose=False):
+           label_prior=1.0, weight_prior=1.0, init="random", generator=None, verbose=False,
+           keep_resp=True):
     """EM with ``n_init`` restarts; returns the run with the highest ``F`` (a driver ``Run``).
 
     Parameters
@@ -572,8 +581,10 @@ def fit_em(layout: MMLayout, n_clusters: int, *, n_init=5, max_iter=200, tol=1e-
         ``init="kmeans"`` is such a callable).
     generator : torch.Generator, optional
         CPU generator for the random starts.
+    keep_resp : bool
+        False: the returned run's ``resp`` is None (see :class:`EM`).
     """
     engine = EM(layout, n_clusters, label_prior=label_prior, weight_prior=weight_prior,
-                init=init, generator=generator)
+                init=init, generator=generator, keep_resp=keep_resp)
     return drive(engine, max_iter=max_iter, n_runs=n_init, tol=tol, progress=verbose,
                  desc="MM EM", run_name="restart").best

@@ -286,6 +286,7 @@ def _collect(plan: ChainPlan, chains: ChainRuns, n_labels) -> dict:
     for c, run in enumerate(chains.runs):
         for key, v in run.params.draws.items():
             out[key][c] = v
+        run.params.draws = {}  # stacked: each chain's copy goes as soon as it is in out
         out["log_joint_trace"][c, :len(run.objectives)] = run.objectives
         out["n_draws"][c] = run.params.n_draws
         out["move_stats"][c] = run.params.gibbs.stats

@@ -114,8 +114,9 @@ def draw_memberships(Z, labels, T):
         cont = np.bincount(Z[s] * K + labels, minlength=T * K).reshape(T, K)
         occ = np.flatnonzero(cont.sum(1))
         maps[s, occ] = cont[occ].argmax(1)
-        member += np.bincount(rows * K + maps[s, Z[s]], minlength=N * K).reshape(N, K)
-    return member / D, maps
+        member[rows, maps[s, Z[s]]] += 1.0  # one vote per row: no repeated index
+    member /= D
+    return member, maps
 
 
 def relabel_by_size(z):
