@@ -14,8 +14,10 @@ from consensuskit.base import (
     ConsensusEstimator,
     GenerativeMixin,
     check_n_clusters,
+    normalised_rows,
     resolve_device,
     resolve_dtype,
+    row_argmax,
     torch_generator,
 )
 from consensuskit.data.ensemble import Ensemble
@@ -28,15 +30,6 @@ from consensuskit.models.bce import alpha as bce_alpha
 from consensuskit.models.bce import cavi
 
 __all__ = ["BCE"]
-
-
-def _normalised_rows(gamma, block_rows=65536):
-    """``gamma / gamma.sum(1)`` (N, K), a block of rows at a time (no (N, 1) temporary)."""
-    out = np.empty_like(gamma)
-    for start in range(0, gamma.shape[0], block_rows):
-        rows = slice(start, start + block_rows)
-        out[rows] = gamma[rows] / gamma[rows].sum(1, keepdims=True)
-    return out
 
 
 class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
@@ -325,8 +318,8 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
                       for b in cavi.unpack_beta(self._beta_t, ensemble.offsets)]
         # a view of the state's (K, N) gamma when it is float64 on the CPU (no copy)
         self.gamma_ = np.asarray(state.gamma.detach().T.cpu().numpy(), dtype=np.float64)
-        self.membership_ = _normalised_rows(self.gamma_)
-        self.labels_ = self.gamma_.argmax(1)
+        self.membership_ = normalised_rows(self.gamma_)
+        self.labels_ = row_argmax(self.gamma_)
         self.lower_bounds_ = [float(v) for v in run.objectives]
         self.lower_bound_ = self.lower_bounds_[-1]
         self.n_iter_ = int(run.n_iter)

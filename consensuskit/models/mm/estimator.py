@@ -15,6 +15,7 @@ from consensuskit.base import (
     check_positive_int,
     resolve_device,
     resolve_dtype,
+    row_argmax,
     torch_generator,
 )
 from consensuskit.data.ensemble import Ensemble
@@ -194,7 +195,7 @@ class MM(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         self.theta_ = [theta[:, off[j] : off[j + 1]].copy() for j in range(layout.n_partitions)]
         self.membership_ = res.resp.T.cpu().double().numpy()
         res.resp = None
-        self.labels_ = np.argmax(self.membership_, axis=1).astype(np.int64, copy=False)
+        self.labels_ = row_argmax(self.membership_)
         self.lower_bound_ = float(res.objective)
         self.lower_bounds_ = np.asarray(run.objectives, dtype=np.float64)
         self.log_likelihood_ = float(res.loglik)

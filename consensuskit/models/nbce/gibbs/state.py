@@ -18,10 +18,20 @@ from consensuskit.models.nbce.gibbs.split_merge import _split_merge
 from consensuskit.models.nbce.gibbs.summaries import draw_counts
 from consensuskit.models.nbce.priors import get_prior
 
-__all__ = ["GibbsState", "conditional_probs", "sample_conditional", "gibbs_step"]
+__all__ = ["GibbsState", "conditional_probs", "sample_conditional", "gibbs_step",
+           "sampler_index"]
 
 #: default share of split-merge proposals whose pair is drawn near each other
 SPLIT_MERGE_LOCAL_SHARE = 0.0
+
+
+def sampler_index(idx) -> np.ndarray:
+    """The (N, M) global label index as the kernels read it: C-ordered, int16 kept as it
+    is (2 bytes per label: the estimator builds it so when there are fewer than 32,768
+    labels), any other integer type as int32."""
+    idx = np.asarray(idx)
+    dtype = np.int16 if idx.dtype == np.int16 else np.int32
+    return np.ascontiguousarray(idx, dtype=dtype)
 
 
 # ---------------------------------------------------------------------------
@@ -51,7 +61,7 @@ class GibbsState:
     """
 
     def __init__(self, idx, n_labels, z, truncation, alpha0, beta, prior, unbounded=False):
-        self.idx = np.ascontiguousarray(idx, dtype=np.int32)
+        self.idx = sampler_index(idx)
         self.n_labels = np.asarray(n_labels, dtype=np.int64)
         self.T = int(truncation)
         self.prior_obj = get_prior(prior)
