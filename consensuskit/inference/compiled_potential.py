@@ -9,8 +9,10 @@ operations.  This module builds ``(U, dU/du)`` once, as one function of a flat v
 * :func:`traced_potential` (any spec, built-ins and users' variants): runs Pyro's potential
   and its backward pass once under :func:`torch.fx.experimental.proxy_tensor.make_fx`, which
   records the tensor operations only -- the model's Python, the handlers and the
-  enumeration's contraction plan are fixed at trace time.  ``compile=True`` hands that graph
-  to :func:`torch.compile` (fused C++ kernels; tens of seconds to compile, paid once).
+  enumeration's contraction plan are fixed at trace time.  The graph is simplified exactly
+  (:mod:`consensuskit.inference.graph_simplify`), run by an executor (Python, TorchScript
+  or :func:`torch.compile`), and checked against Pyro's potential at random points; what
+  fails falls back, counted and warned (``FlatPotential.fallbacks``).
 * hand-written collapsed potentials: a built-in spec's ``model.potential`` (MM's:
   :func:`consensuskit.models.mm.potential.mm_potential`) or a user's, registered with
   :func:`register_potential`:
@@ -375,8 +377,9 @@ def build_potential(model, labels, model_kwargs, *, max_plate_nesting=None, meth
     method : {"auto", "hand-written", "traced"}
         "auto": the hand-written potential unless ``model_kwargs`` fixes one of the sites
         it samples (its ``sampled_sites``), else the traced one.
-    compile : bool
-        Compile the function with :func:`torch.compile` (pays off on long runs).
+    compile : bool or {"fx", "jit", "inductor"}
+        The traced potential's executor (:func:`traced_potential`); ignored by a
+        hand-written one.
     """
     builder = hand_written_potential(model)
     kw = dict(model_kwargs)
