@@ -259,6 +259,7 @@ def _leaves_torch(labels=None, *, n_labels, n_clusters, **kw):
                       label_prior=prior, **kw)
 
 
+@pytest.mark.slow
 def test_traced_potential_falls_back_with_a_reason_when_the_graph_disagrees():
     """A value baked in at the trace point is caught by the check at other points: each
     executor tried is listed with its reason, a warning is raised, and Pyro's potential
