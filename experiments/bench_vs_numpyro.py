@@ -28,11 +28,14 @@ Usage::
 ``--pyro`` adds Pyro's own NUTS on the spec (the old path, minutes); ``--traced`` adds NUTS
 on the generic traced potential (the path a user's variant takes).
 
-``--variant [--compile]``: notebook 03's BCE-with-reliability variant (its code verbatim, on
-its wine ensemble, training rows), 2 x (300 + 300): ours on the traced potential (no
-hand-written one exists for a user's variant; ``--compile`` adds torch.compile), NumPyro on
-the same model with each ``z_ij`` summed out by hand (``theta_i`` sampled on both sides).
-ESS: minimum over ``alpha`` and ``beta`` (relabelled) and ``rho`` (label-free).
+``--variant [--compile fx|jit|inductor]``: notebook 03's BCE-with-reliability variant
+(``user_variants.bce_reliability``, c_beta=0.2, on its wine ensemble, training rows),
+2 x (300 + 300): ours on the traced potential (no hand-written one exists for a user's
+variant; ``--compile`` picks its executor, default TorchScript), NumPyro on the same model
+with each ``z_ij`` summed out by hand (``theta_i`` sampled on both sides).  ESS: minimum over
+``alpha`` and ``beta`` (relabelled) and ``rho`` (label-free).  Also: leapfrog steps on both
+sides and our CPU per step (where the time goes), Pyro's own JIT potential+gradient, and
+MAP-SVI steps/s (ours on the traced MAP loss, NumPyro AutoDelta; both Adam 0.05).
 """
 
 from __future__ import annotations
@@ -80,8 +83,7 @@ def peer_side(data_path, out_path):
     import numpyro
     import numpyro.distributions as dist
     from jax.scipy.special import logsumexp
-    from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
-    from numpyro.infer.autoguide import AutoDelta
+    from numpyro.infer import MCMC, NUTS
     from numpyro.infer.util import initialize_model
 
     jax.config.update("jax_enable_x64", True)
@@ -133,32 +135,43 @@ def peer_side(data_path, out_path):
     out["grad_compile_cpu"] = time.process_time() - c
     out["grad_cpu"] = median_cpu(lambda: jax.block_until_ready(vg(params)), repeats, 200)
 
-    # SVI, MAP (AutoDelta), Adam 0.05, full batch
-    steps = int(d["svi_steps"])
+    svi_steps(out, model, (xc, obs), int(d["svi_steps"]), repeats)
+    out["versions"] = {"numpyro": numpyro.__version__, "jax": jax.__version__}
+    with open(out_path, "w") as f:
+        json.dump(out, f)
+
+
+def svi_steps(out, model, args, steps, repeats):
+    """NumPyro's MAP by SVI (AutoDelta, Adam 0.05, full batch): steps/s of ``svi.run``
+    (first run, JIT included, and the median of ``repeats`` later runs) and of a loop of
+    one jitted update per Python call."""
+    import jax
+    import numpyro
+    from numpyro.infer import SVI, Trace_ELBO
+    from numpyro.infer.autoguide import AutoDelta
+
     svi = SVI(model, AutoDelta(model), numpyro.optim.Adam(0.05), Trace_ELBO())
     c = time.process_time()
-    svi.run(jax.random.PRNGKey(1), steps, xc, obs, progress_bar=False)
+    res = svi.run(jax.random.PRNGKey(1), steps, *args, progress_bar=False)
+    jax.block_until_ready(res.losses)
     first = time.process_time() - c
     runs = []
     for r in range(repeats):
         c = time.process_time()
-        res = svi.run(jax.random.PRNGKey(2 + r), steps, xc, obs, progress_bar=False)
+        res = svi.run(jax.random.PRNGKey(2 + r), steps, *args, progress_bar=False)
         jax.block_until_ready(res.losses)
         runs.append(time.process_time() - c)
     out["svi_steps_per_s_first"] = steps / first
     out["svi_steps_per_s"] = steps / float(np.median(runs))
-    # stepwise (one jitted update per Python call), as a loop a user writes
-    state = svi.init(jax.random.PRNGKey(3), xc, obs)
+    out["svi_final_loss"] = float(np.asarray(res.losses)[-1])
+    state = svi.init(jax.random.PRNGKey(3), *args)
     upd = jax.jit(svi.update)
-    state, _ = upd(state, xc, obs)
+    state, _ = upd(state, *args)
     c = time.process_time()
     for _ in range(steps):
-        state, loss = upd(state, xc, obs)
+        state, loss = upd(state, *args)
     jax.block_until_ready(loss)
     out["svi_steps_per_s_stepwise"] = steps / (time.process_time() - c)
-    out["versions"] = {"numpyro": numpyro.__version__, "jax": jax.__version__}
-    with open(out_path, "w") as f:
-        json.dump(out, f)
 
 
 def peer_variant(data_path, out_path):
@@ -200,14 +213,15 @@ def peer_variant(data_path, out_path):
 
     out = {}
     c0 = time.process_time()
-    draws_a, draws_b, draws_r, div = [], [], [], []
+    draws_a, draws_b, draws_r, div, steps = [], [], [], [], []
     rng = np.random.default_rng(seed)
     for _ in range(chains):
         mcmc = MCMC(NUTS(model, target_accept_prob=0.8, max_tree_depth=8), num_warmup=warmup,
                     num_samples=samples, num_chains=1, progress_bar=False)
         mcmc.run(jax.random.PRNGKey(int(rng.integers(2**31 - 1))), xc, obs,
-                 extra_fields=("diverging",))
+                 extra_fields=("diverging", "num_steps"))
         s = mcmc.get_samples()
+        steps.append(int(np.asarray(mcmc.get_extra_fields()["num_steps"]).sum()))
         draws_a.append(np.asarray(s["alpha"]))
         draws_b.append(np.asarray(s["beta"]).transpose(0, 2, 1, 3))  # (S, K, M, kk)
         draws_r.append(np.asarray(s["rho"]))
@@ -216,6 +230,7 @@ def peer_variant(data_path, out_path):
     np.savez(out_path + ".draws.npz", pi=np.stack(draws_a), theta=np.stack(draws_b),
              extra=np.stack(draws_r))
     out["divergences"] = div
+    out["sampling_steps"] = steps  # leapfrog steps per chain, sampling phase
     info = initialize_model(jax.random.PRNGKey(0), model, model_args=(xc, obs))
     vg = jax.jit(jax.value_and_grad(info.potential_fn))
     params = info.param_info.z
@@ -223,6 +238,7 @@ def peer_variant(data_path, out_path):
     jax.block_until_ready(vg(params))
     out["grad_compile_cpu"] = time.process_time() - c
     out["grad_cpu"] = median_cpu(lambda: jax.block_until_ready(vg(params)), repeats, 200)
+    svi_steps(out, model, (xc, obs), int(d["svi_steps"]), repeats)
     out["versions"] = {"numpyro": numpyro.__version__, "jax": jax.__version__}
     with open(out_path, "w") as f:
         json.dump(out, f)
@@ -258,30 +274,55 @@ def wine_ensemble():
 
 
 def our_variant(x, n_labels, args):
+    """NUTS, one potential + gradient and MAP-SVI on the traced potential of the variant.
+
+    The potential is built once (``args.compile``: its executor) and used by NUTS; its build
+    CPU is counted in NUTS' CPU (first run).  SVI builds the MAP loss's graph on its first
+    step (counted in its first run, reported apart from the median of later runs).
+    """
     import torch
+    from pyro.infer.mcmc.util import initialize_model
+    from pyro.ops.integrator import potential_grad
 
     from consensuskit.inference.compiled_mcmc import fit_nuts_compiled
     from consensuskit.inference.compiled_potential import traced_potential
+    from consensuskit.inference.compiled_svi import fit_map_svi_compiled
 
     torch.set_num_threads(1)
     lab = torch.as_tensor(x)
     kw = dict(n_labels=n_labels, n_clusters=args.k)
     c = time.process_time()
+    tp = traced_potential(bce_reliability, (lab,), kw, max_plate_nesting=2,
+                          compile=args.compile)
     s, info = fit_nuts_compiled(bce_reliability, lab, model_kwargs=kw,
                                 num_samples=args.samples, warmup_steps=args.warmup,
-                                num_chains=args.chains, seed=args.seed, max_plate_nesting=2,
-                                method="traced", compile=args.compile)
+                                num_chains=args.chains, seed=args.seed, potential=tp)
     cpu = time.process_time() - c
     M = x.shape[1]
     beta = torch.stack([s[f"beta_{j}"] for j in range(M)], dim=3).numpy()  # C,S,K,M,k
     mn, md = relabelled_min_ess(s["alpha"].numpy(), beta, s["rho"].numpy())
-    tp = traced_potential(bce_reliability, (lab,), kw, max_plate_nesting=2,
-                          compile=args.compile)
     p = tp.init(np.random.default_rng(0))
     parts = [p[k] for k in tp.names]
-    grad = median_cpu(lambda: tp.value_and_grad(*parts), args.repeats, 20)
-    return {"cpu": cpu, "ess_min": mn, "ess_median": md, "divergences": info["divergences"],
-            "build": info["build_seconds"], "grad": grad, "method": info["potential"]}
+    grad = median_cpu(lambda: tp.value_and_grad(*parts), args.repeats, 50)
+    out = {"cpu": cpu, "ess_min": mn, "ess_median": md, "divergences": info["divergences"],
+           "build": tp.build, "grad": grad, "method": tp.method, "fallbacks": tp.fallbacks,
+           "sampling_steps": info["sample_stats"]["n_steps"].sum(1).tolist(),
+           "all_steps": int(info["sample_stats"]["n_steps"].sum()
+                            + info["warmup_stats"]["n_steps"].sum())}
+    _, pot, _, _ = initialize_model(bce_reliability, (lab,), kw, max_plate_nesting=2,
+                                    jit_compile=True, skip_jit_warnings=True)
+    q = {k: v.clone() for k, v in p.items()}
+    out["grad pyro (jit)"] = median_cpu(lambda: potential_grad(pot, q), args.repeats, 10)
+    steps = args.svi_steps
+    runs = []
+    for r in range(args.repeats + 1):
+        fit = fit_map_svi_compiled(bce_reliability, lab, model_kwargs=kw, num_steps=steps,
+                                   learning_rate=0.05, seed=r, potential=tp)
+        runs.append(fit.seconds)
+    out["svi_first"] = steps / runs[0]
+    out["svi"] = steps / float(np.median(runs[1:]))
+    out["svi_final_loss"] = float(fit.losses[-1])
+    return out
 
 
 # ------------------------------------------------------------------ shared: ESS
@@ -406,8 +447,9 @@ def main():
     ap.add_argument("--variant", action="store_true",
                     help="notebook 03's BCE-with-reliability variant on its wine ensemble "
                          "(traced potential; defaults 2 x (300 + 300))")
-    ap.add_argument("--compile", action="store_true",
-                    help="torch.compile the traced potential (--variant)")
+    ap.add_argument("--compile", default="jit", choices=["fx", "jit", "inductor"],
+                    help="executor of the traced potential (--variant): see "
+                         "compiled_potential.traced_potential")
     ap.add_argument("--peer-python", default="/work/peers/numpyro-venv/bin/python")
     ap.add_argument("--peer-side", nargs=2, metavar=("DATA", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--peer-variant", nargs=2, metavar=("DATA", "OUT"), help=argparse.SUPPRESS)
@@ -525,14 +567,27 @@ def main_variant(args):
     oe = ours["cpu"] / ours["ess_min"]
     print(f"CPU s per ESS (min over alpha, beta relabelled, rho): ours {oe:.4g}, NumPyro "
           f"{pe:.4g}, ratio {oe / pe:.3g}")
-    print(f"    ours: {ours['cpu']:.1f} s CPU (potential built in {ours['build']:.1f} s), "
+    print(f"    ours: {ours['cpu']:.1f} s CPU (build included), "
           f"min/median ESS {ours['ess_min']:.0f}/{ours['ess_median']:.0f}, divergences "
           f"{ours['divergences']}")
     if peer:
         print(f"    NumPyro: {peer['nuts_cpu']:.1f} s CPU, min/median ESS {peer['ess_min']:.0f}/"
               f"{peer['ess_median']:.0f}, divergences {peer['divergences']}")
         print(f"one potential+gradient: ours {ours['grad'] * 1e6:.0f} us, NumPyro "
-              f"{peer['grad_cpu'] * 1e6:.0f} us, ratio {ours['grad'] / peer['grad_cpu']:.3g}")
+              f"{peer['grad_cpu'] * 1e6:.0f} us, ratio {ours['grad'] / peer['grad_cpu']:.3g}"
+              f"; Pyro's own JIT (jit_compile=True) {ours['grad pyro (jit)'] * 1e6:.0f} us")
+        ours_steps, peer_steps = sum(ours["sampling_steps"]), sum(peer["sampling_steps"])
+        print(f"leapfrog steps, sampling phase: ours {ours_steps}, NumPyro {peer_steps}; "
+              f"ours all phases {ours['all_steps']}: {ours['cpu'] / ours['all_steps'] * 1e6:.0f}"
+              f" us CPU per step, of which the potential+gradient {ours['grad'] * 1e6:.0f} us")
+        print(f"SVI MAP steps/s: ours {ours['svi']:.0f} (first run, MAP graph built: "
+              f"{ours['svi_first']:.0f}), NumPyro svi.run {peer['svi_steps_per_s']:.0f} "
+              f"(first run {peer['svi_steps_per_s_first']:.0f}, stepwise jitted update "
+              f"{peer['svi_steps_per_s_stepwise']:.0f}); ratio "
+              f"{ours['svi'] / peer['svi_steps_per_s']:.3g}"
+              f" (first runs {ours['svi_first'] / peer['svi_steps_per_s_first']:.3g}); final loss "
+              f"ours {ours['svi_final_loss']:.2f}, NumPyro {peer['svi_final_loss']:.2f}")
+    print(f"    potential build: {ours['build']}; fallbacks: {ours['fallbacks'] or 'none'}")
 
 
 if __name__ == "__main__":

@@ -146,3 +146,147 @@ def test_pyro_consensus_nuts_uses_the_hand_written_potential_of_the_mm_spec():
     pi = torch.tensor([0.4, 0.3, 0.3], dtype=torch.float64)
     fixed = ck.PyroConsensus(spec.model, model_kwargs={"pi": pi}, **common).fit(x)
     assert fixed.potential_ == "pyro"
+
+
+# ------------------------------------------------- traced graph of any spec: exactness
+def _pyro_value_and_grad(model, x, kw, P, params):
+    """Pyro's own potential (initialize_model, no JIT) and its gradient at ``params``."""
+    _, pot, _, _ = initialize_model(model, (torch.as_tensor(x),), kw, max_plate_nesting=P)
+    leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    u = pot(leaves)
+    names = sorted(leaves)
+    grads = torch.autograd.grad(u, [leaves[k] for k in names])
+    return float(u.detach()), dict(zip(names, grads))
+
+
+def _reliability(labels=None, **kw):
+    """Notebook 03's variant (c_beta = 0.2), float64 (the test sets the default dtype)."""
+    from experiments.user_variants import bce_reliability
+
+    return bce_reliability(labels, c_beta=0.2, **kw)
+
+
+def _specs():
+    from consensuskit.models.bce import spec as bce
+    from consensuskit.models.nbce import spec as nbce
+
+    mm_hier = pytest.importorskip("experiments.user_variants").mm_hierarchical
+    return {
+        "mm": (spec.model, 1, {}),
+        "bce": (bce.model, 2, {}),
+        "bce_collapsed": (bce.model_collapsed, 2, {}),
+        "nbce_tsb": (nbce.model, 1, {"prior": "tsb"}),
+        "nbce_fsd": (nbce.model, 1, {"prior": "fsd"}),
+        "mm_hierarchical": (mm_hier, 1, {}),
+        "bce_reliability": (_reliability, 2, {}),
+    }
+
+
+@pytest.fixture
+def float64_default():
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+_SLOW = pytest.mark.slow
+_EXACT_CASES = [  # (spec, executor); the default suite runs one case per spec
+    ("mm", "jit"), ("bce", "fx"), ("bce_collapsed", "jit"), ("nbce_tsb", "jit"),
+    ("nbce_fsd", "fx"), ("mm_hierarchical", "fx"), ("bce_reliability", "jit"),
+    pytest.param("mm", "fx", marks=_SLOW), pytest.param("bce", "jit", marks=_SLOW),
+    pytest.param("bce_collapsed", "fx", marks=_SLOW),
+    pytest.param("nbce_tsb", "fx", marks=_SLOW), pytest.param("nbce_fsd", "jit", marks=_SLOW),
+    pytest.param("mm_hierarchical", "jit", marks=_SLOW),
+    pytest.param("bce_reliability", "fx", marks=_SLOW)]
+
+
+@pytest.mark.parametrize("name, executor", _EXACT_CASES)
+def test_traced_graph_equals_pyro_potential_at_random_points(name, executor,
+                                                             float64_default):
+    """The simplified traced graph (run as Python or TorchScript) gives Pyro's potential and
+    gradient, float64, at prior draws it was not traced at (value to 1e-10 relative)."""
+    model, P, extra = _specs()[name]
+    x, kw = _data(11, N=25, M=3)
+    kw = {"n_labels": kw["n_labels"], "n_clusters": 3, **extra}
+    tp = traced_potential(model, (torch.as_tensor(x),), kw, max_plate_nesting=P,
+                          compile=executor)
+    assert tp.fallbacks == [] and tp.method == ("traced" if executor == "fx"
+                                                else "traced+jit")
+    assert tp.build["nodes_after"] < tp.build["nodes_before"]
+    for seed in (101, 102, 103):
+        params = tp.init(np.random.default_rng(seed))
+        assert all(v.dtype == torch.float64 for v in params.values())
+        ref, gref = _pyro_value_and_grad(model, x, kw, P, params)
+        value, grads = tp(params)
+        assert float(value) == pytest.approx(ref, rel=1e-10, abs=1e-10)
+        for k in tp.names:
+            torch.testing.assert_close(grads[k], gref[k], rtol=1e-10, atol=1e-10)
+
+
+def test_traced_graph_negative_control_other_labels():
+    """The check can fail: the graph traced on other labels gives another value."""
+    model, P, _ = _specs()["bce"]
+    x, kw = _data(12, N=25, M=3)
+    kw = {"n_labels": kw["n_labels"], "n_clusters": 3}
+    y = x.copy()
+    y[0, 0] = (y[0, 0] + 1) % kw["n_labels"][0]
+    tp = traced_potential(model, (torch.as_tensor(y),), kw, max_plate_nesting=P)
+    params = tp.init(np.random.default_rng(0))
+    ref, _ = _pyro_value_and_grad(model, x, kw, P, params)
+    assert abs(float(tp(params)[0]) - ref) > 1e-6
+
+
+def _branching(labels=None, *, n_labels, n_clusters, **kw):
+    """A model whose Python branches on a parameter's value (``float(pi[0])``): the
+    recorder refuses to read a traced value."""
+    import pyro.distributions as dist
+
+    pi = pyro.sample("pi", dist.Dirichlet(torch.ones(n_clusters, dtype=torch.float64)))
+    prior = 2.0 if float(pi[0].detach()) > 1.0 / n_clusters else 0.5
+    return spec.model(labels, n_labels=n_labels, n_clusters=n_clusters, pi=pi,
+                      label_prior=prior, **kw)
+
+
+def _leaves_torch(labels=None, *, n_labels, n_clusters, **kw):
+    """A model that reads a parameter through numpy: the recorder cannot see it and bakes
+    the traced point's value into the graph, which is then wrong everywhere else."""
+    import pyro.distributions as dist
+
+    pi = pyro.sample("pi", dist.Dirichlet(torch.ones(n_clusters, dtype=torch.float64)))
+    prior = 0.5 + float(np.max(pi.detach().numpy()))
+    return spec.model(labels, n_labels=n_labels, n_clusters=n_clusters, pi=pi,
+                      label_prior=prior, **kw)
+
+
+@pytest.mark.slow
+def test_traced_potential_falls_back_with_a_reason_when_the_graph_disagrees():
+    """A value baked in at the trace point is caught by the check at other points: each
+    executor tried is listed with its reason, a warning is raised, and Pyro's potential
+    (exact) is used."""
+    x, kw = _data(13, N=25, M=3)
+    kw = {"n_labels": kw["n_labels"], "n_clusters": 3}
+    with pytest.warns(RuntimeWarning, match="disagrees with Pyro's potential"):
+        tp = traced_potential(_leaves_torch, (torch.as_tensor(x),), kw,
+                              max_plate_nesting=1, compile="jit")
+    assert tp.method == "pyro"
+    assert len(tp.fallbacks) == 2 and all("disagrees" in r for r in tp.fallbacks)
+    params = tp.init(np.random.default_rng(5))
+    ref, _ = _pyro_value_and_grad(_leaves_torch, x, kw, 1, params)
+    assert float(tp(params)[0]) == pytest.approx(ref, rel=1e-12)
+    # negative control: without the check the wrong graph is kept
+    unchecked = traced_potential(_leaves_torch, (torch.as_tensor(x),), kw,
+                                 max_plate_nesting=1, verify=0)
+    assert unchecked.method == "traced"
+    assert abs(float(unchecked(params)[0]) - ref) > 1e-3
+
+
+def test_traced_potential_falls_back_when_tracing_fails():
+    x, kw = _data(14, N=25, M=3)
+    kw = {"n_labels": kw["n_labels"], "n_clusters": 3}
+    with pytest.warns(RuntimeWarning, match="tracing failed"):
+        tp = traced_potential(_branching, (torch.as_tensor(x),), kw, max_plate_nesting=1)
+    assert tp.method == "pyro" and len(tp.fallbacks) == 1
+    params = tp.init(np.random.default_rng(6))
+    ref, _ = _pyro_value_and_grad(_branching, x, kw, 1, params)
+    assert float(tp(params)[0]) == pytest.approx(ref, rel=1e-12)

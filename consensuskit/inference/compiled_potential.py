@@ -9,8 +9,10 @@ operations.  This module builds ``(U, dU/du)`` once, as one function of a flat v
 * :func:`traced_potential` (any spec, built-ins and users' variants): runs Pyro's potential
   and its backward pass once under :func:`torch.fx.experimental.proxy_tensor.make_fx`, which
   records the tensor operations only -- the model's Python, the handlers and the
-  enumeration's contraction plan are fixed at trace time.  ``compile=True`` hands that graph
-  to :func:`torch.compile` (fused C++ kernels; tens of seconds to compile, paid once).
+  enumeration's contraction plan are fixed at trace time.  The graph is simplified exactly
+  (:mod:`consensuskit.inference.graph_simplify`), run by an executor (Python, TorchScript
+  or :func:`torch.compile`), and checked against Pyro's potential at random points; what
+  fails falls back, counted and warned (``FlatPotential.fallbacks``).
 * hand-written collapsed potentials: a built-in spec's ``model.potential`` (MM's:
   :func:`consensuskit.models.mm.potential.mm_potential`) or a user's, registered with
   :func:`register_potential`:
@@ -27,7 +29,7 @@ Everything is float64 unless the model says otherwise (NUTS' energy error needs 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyro
 import torch
@@ -66,12 +68,20 @@ class FlatPotential:
     value_and_grad : callable(*tensors) -> (Tensor (), tuple of Tensors)
         ``U`` and its gradient per site; arguments are the unconstrained values (detached).
     method : str
-        ``"hand-written"``, ``"traced"`` or ``"traced+compiled"``.
+        ``"hand-written"``, ``"traced"`` (the simplified graph run as Python),
+        ``"traced+jit"`` (TorchScript), ``"traced+inductor"`` (``torch.compile``), or
+        ``"pyro"`` (tracing failed or disagreed: Pyro's potential, called every time).
     init : callable(generator) -> dict site -> unconstrained Tensor
         A starting point (drawn from the prior, as Pyro's ``init_to_sample`` would).
     map_value_and_grad : callable(*tensors) -> (Tensor (), tuple of Tensors), optional
         ``-log p(X, T(u))`` without the Jacobian and its gradient: the loss of MAP by SVI
         (a point-mass guide on every latent site), as Pyro's ``TraceEnum_ELBO`` gives it.
+    fallbacks : list of str
+        Every step of building that failed and what was used instead (a traced potential:
+        see :func:`traced_potential`); empty when the requested method is the one used.
+    build : dict
+        How the potential was built: CPU seconds per step, graph sizes before and after
+        :func:`~consensuskit.inference.graph_simplify.simplify_graph`.
     """
 
     names: list
@@ -81,6 +91,8 @@ class FlatPotential:
     method: str
     init: Callable
     map_value_and_grad: Callable | None = None
+    fallbacks: list = field(default_factory=list)
+    build: dict = field(default_factory=dict)
 
     def potential_fn(self, params: dict) -> torch.Tensor:
         """``U(params)`` for Pyro's HMC/NUTS (``params``: site -> unconstrained value).
@@ -115,18 +127,47 @@ def _prior_init(model, model_args, model_kwargs, transforms, max_plate_nesting):
     return init
 
 
+#: executors of a traced graph, fastest first: what a failed one falls back to
+EXECUTORS = ("inductor", "jit", "fx")
+
+
 def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesting=None,
-                     compile=False) -> FlatPotential:
+                     compile=False, verify=3, atol=None, rtol=None) -> FlatPotential:
     """Pyro's potential of ``model`` and its gradient, traced once into one graph.
 
     Works for any model Pyro's NUTS accepts (enumerated discrete sites, continuous global
-    and per-row sites).  ``compile=True`` compiles the graph with :func:`torch.compile`
-    (inductor; needs a C++ compiler; its cost is paid once per shape of the data).
+    and per-row sites).  Steps, each counted in ``FlatPotential.build``:
+
+    1. record Pyro's potential and its backward pass with ``make_fx`` (the model's Python,
+       the handlers and the enumeration's contraction plan are fixed at trace time);
+    2. rewrite the graph exactly (:mod:`consensuskit.inference.graph_simplify`: in-place
+       ops out of place, data-only work folded into constants, repeats merged);
+    3. run it with an *executor* (``compile``):
+
+       * ``False`` or ``"fx"``: the graph's generated Python (no build cost);
+       * ``"jit"``: :func:`torch.jit.trace` of it (about a second; the TorchScript
+         interpreter has a smaller cost per operation);
+       * ``True`` or ``"inductor"``: :func:`torch.compile` (fused C++ loops; a C++ compiler
+         and about a minute of CPU for a model the size of notebook 03's variant);
+
+    4. check it (``verify`` points: the prior draw it was traced at and ``verify - 1``
+       more) against Pyro's own potential and gradient, run the ordinary way.  A model
+       whose Python branches on parameter values records only the branch taken at the
+       trace point: this check catches it.
+
+    Whatever fails -- tracing, compiling, the check -- falls back to the next executor in
+    ``inductor -> jit -> fx``, and past ``fx`` to Pyro's potential called each time
+    (``method="pyro"``).  Each fallback is warned and listed, with its reason, in
+    ``FlatPotential.fallbacks``; nothing falls back silently.
+
+    atol, rtol : float, optional
+        Tolerance of the check; default from the model's dtype (float64: 1e-9, else 1e-4
+        relative; absolute the same times ``1 + |U|``): the graph runs the same operations
+        as Pyro in the same order except where an executor fuses them.
 
     The traced graph holds the data as constants: build one per data set.
     """
     from pyro.infer.mcmc.util import initialize_model
-    from torch.fx.experimental.proxy_tensor import make_fx
 
     model_kwargs = dict(model_kwargs or {})
     init, pot, transforms, _ = initialize_model(
@@ -134,12 +175,16 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
         jit_compile=False)
     names = sorted(init)
     shapes = [init[k].shape for k in names]
+    executor = _executor_name(compile)
+    prior = _prior_init(model, model_args, model_kwargs, transforms, max_plate_nesting)
+    example = [init[k].detach() for k in names]
+    points = [example] + [[d[k] for k in names]
+                          for d in (prior(_rng(i)) for i in range(max(verify - 1, 0)))]
 
     def value_and_grad(*parts):
         leaves = [p.detach().requires_grad_(True) for p in parts]
         u = pot(dict(zip(names, leaves)))
-        grads = torch.autograd.grad(u, leaves)
-        return u.detach(), tuple(grads)
+        return (u.detach(), *torch.autograd.grad(u, leaves))
 
     def map_value_and_grad(*parts):
         # -log p(X, T(u)) = U(u) + log|det J_T(u)|: Pyro's potential less its Jacobian.
@@ -148,22 +193,144 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
         for k, v in zip(names, leaves):
             to_constrained = transforms[k].inv
             u = u + to_constrained.log_abs_det_jacobian(v, to_constrained(v)).sum()
-        grads = torch.autograd.grad(u, leaves)
-        return u.detach(), tuple(grads)
+        return (u.detach(), *torch.autograd.grad(u, leaves))
 
-    example = [init[k].detach() for k in names]
-    # Distribution argument checks read tensor values (data-dependent branches): off while
-    # recording, as under Pyro's own JIT.
-    with pyro.validation_enabled(False), _no_arg_validation():
-        graph = make_fx(value_and_grad)(*example)
-        map_graph = make_fx(map_value_and_grad)(*example)
-    fn, method = graph, "traced"
-    if compile:
-        fn, method = torch.compile(graph, dynamic=False, fullgraph=True), "traced+compiled"
-        map_graph = torch.compile(map_graph, dynamic=False, fullgraph=True)
-    return FlatPotential(names, shapes, transforms, fn, method,
-                         _prior_init(model, model_args, model_kwargs, transforms,
-                                     max_plate_nesting), map_graph)
+    fallbacks: list = []
+    build: dict = {}
+    fn, method = _compiled(value_and_grad, example, points, executor, verify > 0,
+                           (atol, rtol), fallbacks, build)
+    map_fn = _LazyCompiled(map_value_and_grad, example, points, executor, verify > 0,
+                           (atol, rtol), fallbacks)
+    return FlatPotential(names, shapes, transforms, _split_output(fn), method, prior,
+                         _split_output(map_fn), fallbacks=fallbacks, build=build)
+
+
+def _executor_name(compile) -> str:
+    if compile is True:
+        return "inductor"
+    if compile is False or compile is None:
+        return "fx"
+    if compile not in EXECUTORS:
+        raise ValueError(f"compile must be a bool or one of {EXECUTORS}; got {compile!r}")
+    return compile
+
+
+def _rng(i):
+    import numpy as np
+
+    return np.random.default_rng(7919 + i)
+
+
+def _split_output(fn):
+    """``(U, *grads)`` of a graph -> ``(U, tuple of grads)``."""
+    def value_and_grad(*parts):
+        out = fn(*parts)
+        return out[0], tuple(out[1:])
+    return value_and_grad
+
+
+def _compiled(function, example, points, executor, verify, tolerance, fallbacks, build):
+    """``(callable, method)``: ``function`` traced, simplified and run by ``executor``,
+    or by the next one down where a step fails (each failure appended to ``fallbacks``)."""
+    import time
+    import warnings
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from consensuskit.inference.graph_simplify import functional_graph, simplify_graph
+
+    def fall(reason):
+        fallbacks.append(reason)
+        warnings.warn(f"compiled potential: {reason}", RuntimeWarning, stacklevel=4)
+
+    t0 = time.process_time()
+    try:
+        # Distribution argument checks read tensor values (data-dependent branches): off
+        # while recording, as under Pyro's own JIT.
+        with pyro.validation_enabled(False), _no_arg_validation():
+            graph = make_fx(function)(*example)
+            graph = functional_graph(graph, example)
+        graph, stats = simplify_graph(graph)
+    except Exception as exc:  # noqa: BLE001 - any failure to record means: run Pyro's
+        fall(f"tracing failed ({type(exc).__name__}: {str(exc)[:200]}); "
+             "Pyro's potential is called at every step")
+        return function, "pyro"
+    build.update(trace_seconds=time.process_time() - t0, **stats)
+    start = EXECUTORS.index(executor)
+    for name in EXECUTORS[start:]:
+        t1 = time.process_time()
+        try:
+            fn = _run_with(name, graph, example)
+        except Exception as exc:  # noqa: BLE001 - a failed compiler falls back, counted
+            fall(f"executor {name!r} failed ({type(exc).__name__}: {str(exc)[:200]})")
+            continue
+        build[f"{name}_seconds"] = time.process_time() - t1
+        bad = _mismatch(fn, function, points, tolerance) if verify else None
+        if bad is None:
+            return fn, "traced" if name == "fx" else f"traced+{name}"
+        fall(f"executor {name!r} disagrees with Pyro's potential: {bad}")
+    return function, "pyro"
+
+
+def _run_with(name, graph, example):
+    if name == "fx":
+        return graph
+    if name == "jit":
+        with warnings_ignored():
+            fn = torch.jit.trace(graph, tuple(example), check_trace=False)
+        fn(*example)
+        return fn
+    fn = torch.compile(graph, dynamic=False, fullgraph=True)
+    fn(*example)
+    return fn
+
+
+class warnings_ignored:
+    """TorchScript's tracer warns about every Python value it bakes in (all of them are
+    constants of the recorded graph already)."""
+
+    def __enter__(self):
+        import warnings
+
+        self._ctx = warnings.catch_warnings()
+        self._ctx.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *exc):
+        self._ctx.__exit__(*exc)
+
+
+def _mismatch(fn, reference, points, tolerance):
+    """None if ``fn`` equals ``reference`` (value and every gradient) at every point, else
+    a sentence saying where and by how much."""
+    atol, rtol = tolerance
+    for i, point in enumerate(points):
+        want = reference(*point)
+        got = fn(*point)
+        dtype = want[0].dtype
+        r = rtol if rtol is not None else (1e-9 if dtype == torch.float64 else 1e-4)
+        scale = 1.0 + float(want[0].abs())
+        a = atol if atol is not None else r * scale
+        for j, (g, w) in enumerate(zip(got, want)):
+            if not torch.allclose(g.to(w.dtype), w, rtol=r, atol=a, equal_nan=True):
+                err = float((g.to(w.dtype) - w).abs().max())
+                what = "the value" if j == 0 else f"gradient {j - 1}"
+                return f"{what} differs by {err:.3g} at check point {i} (tolerance {a:.3g})"
+    return None
+
+
+class _LazyCompiled:
+    """The MAP loss's graph, built on its first call (NUTS never needs it)."""
+
+    def __init__(self, function, example, points, executor, verify, tolerance, fallbacks):
+        self._args = (function, example, points, executor, verify, tolerance, fallbacks)
+        self._fn = None
+        self.build: dict = {}
+
+    def __call__(self, *parts):
+        if self._fn is None:
+            self._fn, _ = _compiled(*self._args, self.build)
+        return self._fn(*parts)
 
 
 class _no_arg_validation:
@@ -210,8 +377,9 @@ def build_potential(model, labels, model_kwargs, *, max_plate_nesting=None, meth
     method : {"auto", "hand-written", "traced"}
         "auto": the hand-written potential unless ``model_kwargs`` fixes one of the sites
         it samples (its ``sampled_sites``), else the traced one.
-    compile : bool
-        Compile the function with :func:`torch.compile` (pays off on long runs).
+    compile : bool or {"fx", "jit", "inductor"}
+        The traced potential's executor (:func:`traced_potential`); ignored by a
+        hand-written one.
     """
     builder = hand_written_potential(model)
     kw = dict(model_kwargs)

@@ -58,11 +58,11 @@ def fit_map_svi_compiled(model, labels, *, model_kwargs, num_steps=1000, learnin
     if init is None:
         start = potential.init(np.random.default_rng(seed))
     else:
-        start = {k: potential.transforms[k](torch.as_tensor(init[k], dtype=torch.float64))
-                 for k in names}
+        start = {k: potential.transforms[k](torch.as_tensor(init[k])) for k in names}
     sizes = [int(np.prod(s)) for s in shapes]
     bounds = np.concatenate([[0], np.cumsum(sizes)])
-    u = torch.cat([start[k].reshape(-1).to(torch.float64) for k in names])
+    dtype = potential.init(np.random.default_rng(0))[names[0]].dtype  # the model's precision
+    u = torch.cat([torch.as_tensor(start[k]).reshape(-1).to(dtype) for k in names])
     m, v = torch.zeros_like(u), torch.zeros_like(u)
     b1, b2 = betas
     losses = np.empty(num_steps)

@@ -117,11 +117,13 @@ def _forward(lik, observed):
     # after t columns no row is above level t: states are sorted by level, so the
     # states of levels <= t + 1 are a prefix of C(t + 1 + K, K) and the rest stay 0
     ends = np.searchsorted(count_states(C, K)[1], np.arange(C + 1), side="right")
+    # every column advances the level bound t, even one no row of the block observes
+    # (then ``torch.where`` keeps w and log_norm as they were, bit for bit): no branch on
+    # the data, so the recursion records into one graph (traced potentials, see
+    # consensuskit.inference.compiled_potential)
     t = 0
     for j in range(C):
         obs = observed[:, j]
-        if not bool(obs.any()):
-            continue
         t += 1
         P = int(ends[t])
         b = lik[:, j, :].T  # (K, n)
