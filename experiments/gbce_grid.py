@@ -81,8 +81,10 @@ def oracle_labels(X, F, alpha, betas):
 MU = None
 
 
-def run(alpha, sep, seed, N, meanfield=True):
-    global MU
+def run(alpha, sep, seed, N, meanfield=True, setting=(3, 4, 3)):
+    """One grid cell: GBCE's fits beside BCE and the oracle; ``setting`` is (K, M, D)."""
+    global K, M, D, MU
+    K, M, D = (int(v) for v in setting)
     MU = sep * np.eye(K, D)
     params = {"alpha": np.full(K, alpha), "mu": MU, "sigma2": np.ones((K, D))}
     X, F, lat = gbce_spec.simulate(n_rows=N + N_HELD, n_labels=[KJ] * M, n_clusters=K,
@@ -119,15 +121,14 @@ def main(argv=None):
     ap.add_argument("--no-meanfield", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    global K, M, D
     nan = {"ari": float("nan"), "ppl": float("nan"), "sa": float("nan"), "cpu": float("nan")}
     print(f"{'K,M,D':>7} {'alpha':>5} {'sep':>4} {'sd':>2} {'orARI':>6} | {'ARI g/mf/BCE':>17} | "
           f"{'ppl/BCE g/mf':>13} | {'sa/true g/mf/BCE':>17} | {'cpu g/mf/BCE':>15} "
           f"{'g/BCE':>5}")
     for setting, alpha, sep, seed in itertools.product(args.settings, args.alpha, args.sep,
                                                        args.seeds):
-        K, M, D = (int(v) for v in setting.split(","))
-        r = run(alpha, sep, seed, args.N, meanfield=not args.no_meanfield)
+        r = run(alpha, sep, seed, args.N, meanfield=not args.no_meanfield,
+                setting=setting.split(","))
         g, m, b = r["gibbs"], r.get("meanfield", nan), r["BCE"]
         print(f"{setting:>7} {alpha:>5} {sep:>4} {seed:>2} {r['oracle']:6.3f} | {g['ari']:5.3f} "
               f"{m['ari']:5.3f} {b['ari']:5.3f} | {g['ppl']:6.4f} {m['ppl']:6.4f} | "
