@@ -62,7 +62,7 @@ import numpy as np
 import torch
 
 from consensuskit.data.ensemble import Ensemble
-from consensuskit.models.bce import cavi
+from consensuskit.models.bce import cavi, initialise
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -174,7 +174,7 @@ def bench_kernel(a):
     data = ens.label_data(dtype=dt)
     data.row_layout()
     # a state after a few iterations, not the flat start
-    beta0 = cavi.init_beta_random(ens, K, 0)
+    beta0 = initialise.init_beta_random(ens, K, 0)
     res = cavi.variational_em(data, K, beta0, max_iter=3, tol=0.0, n_jobs=2).params
     alpha, beta, gamma = res.alpha, res.beta, res.gamma
     old = previous_kernel(a.baseline_rev)
@@ -230,7 +230,7 @@ def bench_lda(a):
     ens = Ensemble.from_labels(synthetic(N))
     B = ens.onehot(dtype=np.float64)
     data = ens.label_data(dtype=torch.float32)
-    beta0 = cavi.init_beta_random(ens, K, 0)
+    beta0 = initialise.init_beta_random(ens, K, 0)
     cavi.variational_em(data, K, beta0, max_iter=1, tol=0.0, n_jobs=1)  # compile / load
 
     def ours_em():
@@ -307,7 +307,7 @@ def bench_defaults(a):
                                              random_state=0).fit(B)
 
         (c_o, w_o), (c_l, w_l) = medians([ours, lda], a.repeats)
-        with Attribution([(cavi, "init_beta_kmeans"), (cavi, "e_step"),
+        with Attribution([(initialise, "init_beta_kmeans"), (cavi, "e_step"),
                           (cavi.CAVI, "step")]) as att:
             c_once, _, m = timed(ours)
         s = att.seconds

@@ -45,7 +45,7 @@ def main():
     from consensuskit.data.ensemble import Ensemble
     from consensuskit.data.generate import noisy_copies
     from consensuskit.evaluation.metrics import accuracy
-    from consensuskit.models.bce import cavi
+    from consensuskit.models.bce import initialise
 
     print(f"accuracy, BCE(C) defaults, {args.seeds} seeds: mean (std); mean final bound")
     print(f"{'dataset':8s} " + " ".join(f"{i:>24s}" for i in INITS))
@@ -70,8 +70,8 @@ def main():
     ens = Ensemble.from_labels(X)
     print(f"\ncost, planted N={args.n:,} x 20, K=4, one thread (CPU s, median of "
           f"{args.repeats})")
-    for init, fn in (("kmeans", lambda r: cavi.init_beta_kmeans(ens, 4, r, n_jobs=1)),
-                     ("seeded", lambda r: cavi.init_beta_seeded(ens, 4, r))):
+    for init, fn in (("kmeans", lambda r: initialise.init_beta_kmeans(ens, 4, r, n_jobs=1)),
+                     ("seeded", lambda r: initialise.init_beta_seeded(ens, 4, r))):
         t = []
         for r in range(args.repeats):
             c = time.process_time()

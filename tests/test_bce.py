@@ -8,7 +8,7 @@ from pyro.infer import Trace_ELBO, TraceEnum_ELBO, config_enumerate
 from scipy.optimize import linear_sum_assignment
 
 from consensuskit.data.ensemble import Ensemble
-from consensuskit.models.bce import cavi
+from consensuskit.models.bce import cavi, initialise
 from consensuskit.models.bce import spec as bce_model
 from consensuskit.models.bce.estimator import BCE
 from consensuskit.models.bce.svi import empirical_bayes_model
@@ -241,7 +241,7 @@ def test_numba_estep_matches_torch(rng, missing):
         X = np.where(drop, -1, X)
     ens = Ensemble.from_labels(X)
     data = ens.label_data()
-    beta = torch.tensor(cavi.init_beta_random(ens, 3, 0))
+    beta = torch.tensor(initialise.init_beta_random(ens, 3, 0))
     alpha = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
     g = cavi.initial_gamma(alpha, data)
     a = cavi.e_step(alpha, beta, data, g, 4, backend="torch")
@@ -258,7 +258,7 @@ def test_variational_em_torch_and_numba_backends_agree(rng):
     X[:, 0] = np.abs(X[:, 0])
     ens = Ensemble.from_labels(X)
     data = ens.label_data()
-    beta0 = cavi.init_beta_kmeans(ens, 3, 0)
+    beta0 = initialise.init_beta_kmeans(ens, 3, 0)
     a = cavi.variational_em(data, 3, beta0, max_iter=15, tol=0, backend="torch")
     b = cavi.variational_em(data, 3, beta0, max_iter=15, tol=0, backend="numba")
     np.testing.assert_allclose(b.objectives, a.objectives, rtol=1e-10)
@@ -305,7 +305,7 @@ def test_seeded_init_is_a_label_distribution_and_recovers_planted_beta(rng):
     the planted beta as closely as test_planted_recovery asks of the default init."""
     X, alpha, betas = planted(rng, N=2000, M=30, K=3, k=4, a=0.2)
     ens = Ensemble.from_labels(X)
-    b0 = cavi.init_beta_seeded(ens, 3, np.random.RandomState(0))
+    b0 = initialise.init_beta_seeded(ens, 3, np.random.RandomState(0))
     assert b0.shape == (3, ens.n_total_labels) and (b0 > 0).all()
     for j in range(ens.n_partitions):
         np.testing.assert_allclose(b0[:, ens.offsets[j]:ens.offsets[j + 1]].sum(1), 1.0)

@@ -19,7 +19,7 @@ from consensuskit.base import GenerativeMixin
 from consensuskit.data.ensemble import Ensemble
 from consensuskit.inference.driver import Fit, Run
 from consensuskit.models.bce import alpha as bce_alpha
-from consensuskit.models.bce import cavi
+from consensuskit.models.bce import cavi, initialise
 from consensuskit.models.bce import spec as bce_model
 from consensuskit.models.bce.estimator import BCE
 from consensuskit.models.gbce.estimator import GBCE
@@ -54,7 +54,7 @@ def test_exact_log_marginal_equals_brute_force_enumeration(rng):
     ens = Ensemble.from_labels(X)
     data = cavi.prepare_data(ens)
     alpha = torch.tensor([0.3, 0.9, 2.0], dtype=torch.float64)
-    beta = torch.tensor(cavi.init_beta_random(ens, 3, 0))
+    beta = torch.tensor(initialise.init_beta_random(ens, 3, 0))
     betas = [b.numpy() for b in cavi.unpack_beta(beta, ens.offsets)]
     np.testing.assert_allclose(bce_alpha.exact_log_marginal(alpha, beta, data).numpy(),
                                _brute_log_marginal(alpha.numpy(), betas, ens.codes),
@@ -71,7 +71,7 @@ def test_log_marginal_estimate_within_its_se_of_exact(rng, a):
     ens = Ensemble.from_labels(X)
     data = cavi.prepare_data(ens)
     alpha = torch.full((3,), a, dtype=torch.float64)
-    beta = torch.tensor(cavi.init_beta_kmeans(ens, 3, 0))
+    beta = torch.tensor(initialise.init_beta_kmeans(ens, 3, 0))
     exact = float(bce_alpha.exact_log_marginal(alpha, beta, data).sum())
     g = torch.Generator().manual_seed(0)
     est, se = bce_alpha.log_marginal(alpha, beta, data, 400, g)

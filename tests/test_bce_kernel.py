@@ -13,7 +13,7 @@ from numba import njit
 
 from consensuskit.data.ensemble import Ensemble
 from consensuskit.models import vector_math
-from consensuskit.models.bce import cavi
+from consensuskit.models.bce import cavi, initialise
 from consensuskit.models.bce import kernels as kern
 
 
@@ -49,7 +49,7 @@ def _problem(rng, N, M=7, K=3, missing=0.2, dtype=torch.float64):
     X[:, 0] = np.abs(X[:, 0])
     ens = Ensemble.from_labels(X)
     data = cavi.prepare_data(ens, dtype=dtype)
-    beta = torch.tensor(cavi.init_beta_random(ens, K, 1), dtype=dtype)
+    beta = torch.tensor(initialise.init_beta_random(ens, K, 1), dtype=dtype)
     alpha = torch.tensor([0.2, 1.0, 3.0], dtype=dtype)
     g = cavi.initial_gamma(alpha, data, dtype)
     return alpha, beta, data, g
@@ -142,7 +142,7 @@ def test_any_number_of_clusters_one_compiled_kernel(rng, K):
 
     def problem(k):
         alpha = torch.linspace(0.2, 2.0, k, dtype=torch.float64)
-        beta = torch.tensor(cavi.init_beta_random(ens, k, 1))
+        beta = torch.tensor(initialise.init_beta_random(ens, k, 1))
         return alpha, beta, cavi.initial_gamma(alpha, data, torch.float64)
 
     cavi.e_step(*problem(3)[:2], data, problem(3)[2], 2, backend="numba")

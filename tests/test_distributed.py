@@ -34,7 +34,7 @@ from consensuskit.distributed import DistributedFitError, fit_distributed
 from consensuskit.distributed.comm import LocalComm, Message
 from consensuskit.distributed.common import EMConfig
 from consensuskit.distributed.row import fit_rows_exact
-from consensuskit.models.bce import cavi
+from consensuskit.models.bce import cavi, initialise
 
 K = 3
 N_ITER = 8
@@ -198,7 +198,7 @@ def test_row_sequential_heuristic(data):
 def test_in_process_single_rank_equals_estimator(data):
     X, _, ref = data
     ens = Ensemble.from_labels(X)
-    beta0 = cavi.init_beta_kmeans(ens, K, np.random.RandomState(0))
+    beta0 = initialise.init_beta_kmeans(ens, K, np.random.RandomState(0))
     comm = LocalComm()
     res, _ = fit_rows_exact(comm, ens.label_data(), EMConfig(K, max_iter=N_ITER, tol=0.0),
                             torch.ones(K, dtype=torch.float64), [torch.as_tensor(beta0)])

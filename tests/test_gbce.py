@@ -14,6 +14,7 @@ from sklearn.metrics.cluster import contingency_matrix
 
 from consensuskit.data.ensemble import Ensemble
 from consensuskit.models.bce import cavi as bce_cavi
+from consensuskit.models.bce import initialise as bce_initialise
 from consensuskit.models.bce.alpha import exact_log_marginal
 from consensuskit.models.bce.estimator import BCE
 from consensuskit.models.convention import float64_default
@@ -170,7 +171,7 @@ def test_model_masks_missing_and_scales_sites():
 def test_feature_weight_zero_is_bce_in_the_engine(rng):
     X, F = _labelled_incomplete(rng)
     ens = Ensemble.from_labels(X)
-    beta0 = bce_cavi.init_beta_random(ens, 3, 7)
+    beta0 = bce_initialise.init_beta_random(ens, 3, 7)
     # the engine with a weight-0 feature term against plain BCE, both on the torch E-step
     # (the numba kernel differs in rounding); the estimator test below checks the default
     ref = bce_cavi.variational_em(ens.label_data(), 3, beta0, max_iter=40, tol=0.0,
@@ -203,7 +204,7 @@ def test_tiny_feature_weight_is_close_to_bce(rng):
     """The feature path itself is continuous at weight 0 (it is skipped only at exactly 0)."""
     X, F = _labelled_incomplete(rng)
     ens = Ensemble.from_labels(X)
-    beta0 = bce_cavi.init_beta_random(ens, 3, 7)
+    beta0 = bce_initialise.init_beta_random(ens, 3, 7)
     ref = bce_cavi.variational_em(ens.label_data(), 3, beta0, max_iter=20, tol=0.0,
                                   smoothing=1e-6, backend="torch")
     res = bce_cavi.variational_em(ens.label_data(), 3, beta0, max_iter=20, tol=0.0,
@@ -222,7 +223,7 @@ def test_bound_never_decreases(rng, feature_smoothing):
     term = gbce_cavi.feature_term(ens, F, np.array([4.0, 2.0, 1.0, 0.5]),
                                   np.array([1.0, 0.3, 2.0, 1.0]), smoothing=feature_smoothing)
     for seed in range(3):
-        beta0 = bce_cavi.init_beta_random(ens, 3, seed)
+        beta0 = bce_initialise.init_beta_random(ens, 3, seed)
         res = bce_cavi.variational_em(ens.label_data(), 3, beta0, max_iter=60, tol=0.0,
                                       features=term)
         b = np.asarray(res.objectives)

@@ -462,7 +462,7 @@ def _cli_worker(args) -> int:
     import torch.distributed as dist
     from sklearn.utils import check_random_state
 
-    from consensuskit.models.bce import cavi
+    from consensuskit.models.bce import initialise
 
     torch.set_num_threads(args.threads)
     store = _cli_store(args.timeout)
@@ -489,7 +489,7 @@ def _cli_worker(args) -> int:
                              "uses --init random")
         rs = check_random_state(None if args.random_state is None
                                 else args.random_state + 7919 * r)
-        beta0 = cavi.init_beta_random(ens, K, rs)
+        beta0 = initialise.init_beta_random(ens, K, rs)
         index = cols
     else:
         rows = (np.arange(L.shape[0]) if per_rank_file
@@ -498,8 +498,8 @@ def _cli_worker(args) -> int:
         beta0 = torch.empty(K, ens.n_total_labels, dtype=torch.float64)
         if r == 0:
             rs = check_random_state(args.random_state)
-            b = (cavi.init_beta_kmeans(ens, K, rs) if args.init == "kmeans"
-                 else cavi.init_beta_random(ens, K, rs))
+            b = (initialise.init_beta_kmeans(ens, K, rs) if args.init == "kmeans"
+                 else initialise.init_beta_random(ens, K, rs))
             beta0 = torch.as_tensor(b, dtype=torch.float64).clone()
         comm.broadcast(beta0, 0, "setup/beta0")
         beta0 = beta0.numpy()

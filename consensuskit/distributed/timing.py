@@ -31,7 +31,7 @@ def warm_up(n_clusters=3, n_workers=2, seed=0):
 def column_vs_single(X, n_clusters, *, n_workers=2, max_iter=10, seed=0, check=True):
     """Wall and CPU seconds of ``max_iter`` EM iterations, single-process vs column-distributed.
 
-    Both start from the same random ``beta`` (``bce_cavi.init_beta_random`` with
+    Both start from the same random ``beta`` (``bce_initialise.init_beta_random`` with
     ``seed``) and run exactly ``max_iter`` iterations (``tol = 0``).
 
     Parameters
@@ -62,10 +62,10 @@ def column_vs_single(X, n_clusters, *, n_workers=2, max_iter=10, seed=0, check=T
     """
     from consensuskit.data.ensemble import Ensemble
     from consensuskit.distributed.launch import fit_distributed
-    from consensuskit.models.bce import cavi
+    from consensuskit.models.bce import cavi, initialise
 
     ens = Ensemble.from_labels(np.asarray(X))
-    beta0 = cavi.init_beta_random(ens, n_clusters, np.random.RandomState(seed))
+    beta0 = initialise.init_beta_random(ens, n_clusters, np.random.RandomState(seed))
     data = ens.label_data()
     t0, c0 = time.perf_counter(), time.process_time()
     ref = cavi.variational_em(data, n_clusters, beta0, max_iter=max_iter, tol=0.0)

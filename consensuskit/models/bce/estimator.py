@@ -27,7 +27,7 @@ from consensuskit.inference.pyro_consensus import HubBackedMixin
 from consensuskit.io.checkpoint import checkpoint_writer
 from consensuskit.models.base import DriverFitMixin, Integer, OneOf, Real
 from consensuskit.models.bce import alpha as bce_alpha
-from consensuskit.models.bce import cavi
+from consensuskit.models.bce import cavi, initialise
 
 __all__ = ["BCE"]
 
@@ -74,7 +74,7 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     init : {"kmeans", "seeded", "random"}
         ``"kmeans"``: beta from k-means on the one-hot labels (a different seed per
         restart); ``"seeded"``: k-means++ seeding and two assignment steps on 2,000
-        sampled rows (:func:`~consensuskit.models.bce.cavi.init_beta_seeded`; cost
+        sampled rows (:func:`~consensuskit.models.bce.initialise.init_beta_seeded`; cost
         independent of N, about one E-step on those rows); ``"random"``: flat-Dirichlet
         beta, as the authors' code.  Random starts run into the degenerate optimum
         (alpha growing without bound) more often; such runs are detected
@@ -271,10 +271,10 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         k-means of the rows' one-hot labels; "random"), drawn from ``rs`` (a RandomState);
         one call per restart, in the order of the restarts."""
         if self.init == "kmeans":
-            return cavi.init_beta_kmeans(ensemble, K, rs, n_jobs=self._threads())
+            return initialise.init_beta_kmeans(ensemble, K, rs, n_jobs=self._threads())
         if self.init == "seeded":
-            return cavi.init_beta_seeded(ensemble, K, rs)
-        return cavi.init_beta_random(ensemble, K, rs)
+            return initialise.init_beta_seeded(ensemble, K, rs)
+        return initialise.init_beta_random(ensemble, K, rs)
 
     def _threads(self):
         """``n_jobs`` resolved: None -> torch's thread setting, -1 -> one per CPU."""

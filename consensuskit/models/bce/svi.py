@@ -47,7 +47,7 @@ def fit_svi(ensemble, data, n_clusters, beta0, *, n_epochs=100, batch_size=None,
         ``ensemble.label_data(device, dtype)`` (gives device/dtype).
     n_clusters : int
     beta0 : array (K, L)
-        Initial label distributions (e.g. :func:`bce_cavi.init_beta_kmeans`).
+        Initial label distributions (e.g. :func:`bce_initialise.init_beta_kmeans`).
         ``gamma`` starts from a fold-in E-step with ``alpha = 1`` and ``beta0``.
     n_epochs : int
         Passes over the rows; ``ceil(N / batch_size)`` SVI steps each.
