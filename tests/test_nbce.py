@@ -412,7 +412,7 @@ def _dense_perplexity(m, X):
     docstrings: per row ``log (1/S) sum_s sum_k pi_k^s prod_j theta^s_{k x_ij}`` with
     ``(pi^s, theta^s)`` the posterior means given draw s (all T components, plain
     loops); VB/CVB: one set of parameters.  SE: delta method over the S draws."""
-    from consensuskit.models.nbce.estimator import predictive_parameters
+    from consensuskit.models.nbce.predictive import predictive_parameters
 
     e = m.ensemble_.encode(X, unknown="missing")
     codes, off = e.codes, m.ensemble_.offsets
@@ -563,7 +563,7 @@ def test_gibbs_row_loglik_occupied_shortcut_equals_full_sum(split_data):
     row log-likelihood as the plain sum over all T components."""
     from scipy.special import logsumexp
 
-    from consensuskit.models.nbce.estimator import _component_loglik, predictive_parameters
+    from consensuskit.models.nbce.predictive import component_loglik, predictive_parameters
 
     tr, te, _ = split_data
     m = NBCE(30, n_samples=5, burn_in=5, n_chains=1, random_state=0).fit(tr)
@@ -574,7 +574,7 @@ def test_gibbs_row_loglik_occupied_shortcut_equals_full_sum(split_data):
         lp, lt = predictive_parameters(o["counts"][0, s], o["label_counts"][0, s],
                                        o["col_counts"][0, s], o["alpha0"][0, s],
                                        o["beta"][0, s], o["n_labels"], o["prior"])
-        full = logsumexp(lp[None, :] + _component_loglik(idx, lt), axis=1)
+        full = logsumexp(lp[None, :] + component_loglik(idx, lt), axis=1)
         np.testing.assert_allclose(m._draw_loglik(s, idx)[2], full, rtol=1e-12)
         # and the posterior-mean parameters are normalised
         np.testing.assert_allclose(np.exp(lp).sum(), 1.0)

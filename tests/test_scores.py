@@ -68,8 +68,8 @@ def test_nbce_loo_loglik_is_the_collapsed_predictive_without_the_row(small):
     log p(x_i | z_-i, x_-i): the predictive parameters of the counts without row i."""
     from scipy.special import logsumexp
 
-    from consensuskit.models.nbce.estimator import _component_loglik, predictive_parameters
     from consensuskit.models.nbce.gibbs import draw_counts
+    from consensuskit.models.nbce.predictive import component_loglik, predictive_parameters
 
     est = ck.NBCE(truncation=5, n_samples=3, burn_in=5, n_chains=1, random_state=0,
                   prior="tsb").fit(small)
@@ -84,7 +84,7 @@ def test_nbce_loo_loglik_is_the_collapsed_predictive_without_the_row(small):
             Nkl, Nkm = draw_counts(idx[keep], z[keep], 5, o["n_labels"])
             lp, lt = predictive_parameters(Nk, Nkl, Nkm, o["alpha0"][0, s], o["beta"][0, s],
                                            o["n_labels"], "tsb")
-            ref = logsumexp(lp + _component_loglik(idx[i:i + 1], lt)[0])
+            ref = logsumexp(lp + component_loglik(idx[i:i + 1], lt)[0])
             assert ll[s, i] == pytest.approx(ref, rel=1e-10)
 
 

@@ -29,61 +29,18 @@ from consensuskit.models.nbce.gibbs import (
     point_consensus,
     relabel_by_size,
 )
+from consensuskit.models.nbce.predictive import (
+    component_loglik,
+    log_dirichlet,
+    predictive_parameters,
+)
 from consensuskit.models.nbce.priors import PRIORS, get_prior
 from consensuskit.models.nbce.vb import VB
 
-__all__ = ["NBCE", "predictive_parameters", "DEFAULT_TRUNCATION"]
+__all__ = ["NBCE", "DEFAULT_TRUNCATION"]
 
 #: components of FSD, and of the variational engines, when ``truncation=None``
 DEFAULT_TRUNCATION = 20
-
-
-def predictive_parameters(Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
-    """Posterior-mean (pi, theta) given cluster counts (posterior of pi, theta | z, x).
-
-    Parameters
-    ----------
-    Nk : (..., T), Nkl : (..., T, L), Nkm : (..., T, M)
-        Cluster sizes, label counts, per-column observed counts (may be expected counts);
-        leading dimensions are a batch of draws.
-    alpha0 : float or (..., 1);  beta : float or (..., 1, 1)
-    n_labels : (M,)
-    prior : {"tsb", "fsd"}
-
-    Returns
-    -------
-    log_pi : (..., T), log_theta : (..., T, L)
-        ``theta_kl = (beta + N_kl) / (k_j beta + N_kj)``; ``pi`` is the Dirichlet
-        posterior mean (FSD) or the product of posterior stick means (TSB).
-    """
-    Nk = np.asarray(Nk, dtype=np.float64)
-    n_labels = np.asarray(n_labels)
-    col_of = np.repeat(np.arange(n_labels.size), n_labels)
-    theta = (beta + np.asarray(Nkl, dtype=np.float64)) / (
-        n_labels[col_of] * beta + np.asarray(Nkm, dtype=np.float64)[..., col_of]
-    )
-    with np.errstate(divide="ignore"):
-        return get_prior(prior).conditional_log_weights(Nk, alpha0), np.log(theta)
-
-
-def _log_dirichlet(rng, conc):
-    """Log of Dirichlet draws with concentrations ``conc`` (..., k) over the last axis, on
-    the log scale (``Gamma(a) = Gamma(a + 1) U^(1/a)``) so that small concentrations do not
-    underflow to exact zeros."""
-    conc = np.asarray(conc, dtype=np.float64)
-    logg = np.log(rng.standard_gamma(conc + 1.0)) + np.log(rng.random(conc.shape)) / conc
-    return logg - logsumexp(logg, axis=-1, keepdims=True)
-
-
-def _component_loglik(idx, log_theta):
-    """sum_{j observed} log theta[k, idx_ij] -> (n, T); idx (n, M) global, -1 missing."""
-    n, M = idx.shape
-    out = np.zeros((n, log_theta.shape[0]))
-    for j in range(M):
-        col = idx[:, j]
-        obs = col >= 0
-        out[obs] += log_theta[:, col[obs]].T
-    return out
 
 
 #: truncations up to this are allowed even above the number of rows (small data sets)
@@ -560,9 +517,9 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         Nk = self.samples_["counts"].reshape(-1, lp.size)[s]
         occ = np.flatnonzero(Nk > 0)
         empty = np.flatnonzero(Nk == 0)
-        lj = lp[occ][None, :] + _component_loglik(idx, lt[occ])
+        lj = lp[occ][None, :] + component_loglik(idx, lt[occ])
         if empty.size:
-            le = logsumexp(lp[empty]) + _component_loglik(idx, lt[empty[:1]])[:, 0]
+            le = logsumexp(lp[empty]) + component_loglik(idx, lt[empty[:1]])[:, 0]
             total = np.logaddexp(logsumexp(lj, axis=1), le)
         else:
             total = logsumexp(lj, axis=1)
@@ -690,7 +647,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             w = np.exp(R - row[None, :])  # p_s / p_bar
             var = w.var(axis=0) / S if S > 1 else np.zeros_like(row)
             return row, var
-        ll = logsumexp(self._log_pi[None, :] + _component_loglik(idx, self._log_theta), axis=1)
+        ll = logsumexp(self._log_pi[None, :] + component_loglik(idx, self._log_theta), axis=1)
         return ll, np.zeros_like(ll)
 
     def _variational_parameter_draws(self, n_draws, rng):
@@ -703,10 +660,10 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         n_labels = np.asarray(self.ensemble_.n_labels)
         off = np.concatenate([[0], np.cumsum(n_labels)])
         if prior == "fsd" and not isinstance(pi_par, tuple):
-            log_pi = _log_dirichlet(rng, np.broadcast_to(pi_par, (n_draws, T)))
+            log_pi = log_dirichlet(rng, np.broadcast_to(pi_par, (n_draws, T)))
         elif prior == "fsd":
             a0, Nk = pi_par
-            log_pi = _log_dirichlet(rng, np.broadcast_to(a0 / T + Nk, (n_draws, T)))
+            log_pi = log_dirichlet(rng, np.broadcast_to(a0 / T + Nk, (n_draws, T)))
         else:  # truncated stick-breaking: v_k ~ Beta(1 + N_k, alpha0 + N_{>k}), v_T = 1
             a0, Nk = pi_par
             gt = np.cumsum(Nk[::-1])[::-1] - Nk
@@ -717,7 +674,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
                 log_pi = np.log(v * rest)
         log_theta = np.empty((n_draws, T, L))
         for j in range(n_labels.size):
-            log_theta[:, :, off[j]:off[j + 1]] = _log_dirichlet(
+            log_theta[:, :, off[j]:off[j + 1]] = log_dirichlet(
                 rng, np.broadcast_to(rho[None, :, off[j]:off[j + 1]],
                                      (n_draws, T, n_labels[j])))
         return log_pi, log_theta
@@ -753,7 +710,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             return self._row_logliks_loo().reshape(C, S, -1)
         lp, lt = self._seeded_variational_draws()
         idx = self.ensemble_.offset_index()
-        ll = np.stack([logsumexp(a[None, :] + _component_loglik(idx, b), axis=1)
+        ll = np.stack([logsumexp(a[None, :] + component_loglik(idx, b), axis=1)
                        for a, b in zip(lp, lt)])
         return ll[None]
 
@@ -772,7 +729,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         for d in range(C * S):
             _, Nkl, _, z = self._draw_counts(slice(d, d + 1))
             for j in range(M):
-                lt = _log_dirichlet(gen, beta[d] + Nkl[0][:, off[j]:off[j + 1]])  # (T, k_j)
+                lt = log_dirichlet(gen, beta[d] + Nkl[0][:, off[j]:off[j + 1]])  # (T, k_j)
                 cdf = np.cumsum(np.exp(lt[z[0]]), axis=1)  # (N, k_j)
                 u = gen.random((N, 1)) * cdf[:, -1:]
                 out[d, :, j] = np.minimum((u > cdf).sum(1), n_labels[j] - 1)
@@ -827,7 +784,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         n = idx.shape[0]
         K = self.n_clusters_
         if self.inference != "gibbs":
-            lj = self._log_pi[None, :] + _component_loglik(idx, self._log_theta)
+            lj = self._log_pi[None, :] + component_loglik(idx, self._log_theta)
             lj = lj[:, self._components]
             lj -= lj.max(1, keepdims=True)
             p = np.exp(lj)
