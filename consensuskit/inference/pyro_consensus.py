@@ -29,15 +29,19 @@ def _hide_enumerated(msg):
     return msg["type"] == "sample" and msg["infer"].get("enumerate") == "parallel"
 
 
-def default_guide(model):
+def default_guide(model, init_values=None):
     """``AutoNormal`` over every continuous latent site (enumerated sites stay in the model).
 
-    Initialised at a prior draw (breaks the symmetry between clusters).
+    Its locations start at ``init_values`` (site -> constrained value; PyroConsensus passes
+    the posterior mode, :mod:`consensuskit.inference.posterior_mode`), sites not given at
+    a prior draw (which breaks the symmetry between clusters).
     """
     from pyro import poutine
-    from pyro.infer.autoguide import AutoNormal, init_to_sample
+    from pyro.infer.autoguide import AutoNormal, init_to_sample, init_to_value
 
-    return AutoNormal(poutine.block(model, hide_fn=_hide_enumerated), init_loc_fn=init_to_sample)
+    init = (init_to_value(values=dict(init_values), fallback=init_to_sample) if init_values
+            else init_to_sample)
+    return AutoNormal(poutine.block(model, hide_fn=_hide_enumerated), init_loc_fn=init)
 
 
 def cluster_axes(model, labels, model_kwargs, n_clusters, roles, explicit=None):
@@ -140,13 +144,19 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         NUTS: chains whose split R-hat of the log density (``lp``, invariant to label
         switching) exceeds this are reported as sitting in separate modes (a warning,
         ``chains_disagree_``).
+    init : {"mode", "prior"}
+        SVI with the default guide: where its locations start.  "mode" (default): the mode
+        of the posterior density in the unconstrained space (the function NUTS samples),
+        searched by L-BFGS from ``n_init`` prior draws of ``init_steps`` iterations each,
+        the lowest continued to convergence (:func:`~consensuskit.inference.posterior_mode.
+        posterior_mode`; deterministic, so the starts are compared exactly; ``mode_`` holds
+        the result).  "prior": one prior draw, or with ``n_init > 1`` the best of
+        ``n_init`` short SVI runs of ``init_steps`` steps by their mean loss over the last
+        10 steps (the first session's rule: on MM's spec that noisy loss picked a start with
+        a collapsed cluster).  A guide of your own starts where it starts ("prior" rules).
     n_init, init_steps : int
-        SVI: ``n_init`` short runs of ``init_steps`` steps (default ``num_steps // 10``, at
-        least 20) from different random starts; the main run continues the best (lowest mean
-        loss over its last 10 steps).  Default 1 (one start): on MM's spec the loss after a
-        short run picked a start with a collapsed cluster (held-out perplexity 1.645 against
-        1.186 from one start, wine, ``experiments/spec_defaults_vs_fast_paths.py``), so
-        restarts are opt-in until a better selection rule is validated.
+        Starts of the search ``init`` names; default 8 and (mode) 20 L-BFGS iterations or
+        (prior) ``num_steps // 10`` SVI steps, at least 20.
     lr_decay : "auto", float or None
         SVI: the learning rate is multiplied by this every step of the main run ("auto":
         down to a tenth over ``num_steps``); default None (constant: a decaying rate left
@@ -156,6 +166,10 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         differs from that of the 10% before by less than ``svi_tol`` times its magnitude
         plus twice the standard error of that difference; otherwise a warning and
         ``converged_ = False``.
+    min_steps : int or None
+        SVI: the run stops at the first multiple of 50 steps from ``min_steps`` on where the
+        test of ``svi_tol`` passes (an ELBO plateau), at ``num_steps`` at most; None runs all
+        ``num_steps``.
     verbose : bool
         Progress bars.
 
@@ -164,6 +178,9 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
     membership_ : ndarray (N, K)   labels_ : ndarray (N,)
     posterior_samples_ : dict site -> ndarray (chains, draws, ...) of the global sites
     losses_ : list of float (svi): the loss before every step, then at the final parameters
+    n_steps_ : int (svi): SVI steps taken (fewer than ``num_steps`` after a plateau stop)
+    mode_ : PosteriorMode or None (svi, ``init="mode"``): the posterior mode the guide
+        started from, its potential and every start's potential (``start_potentials``)
     converged_ : bool
         SVI: the ELBO test of ``svi_tol`` passed.  NUTS: no chain disagreement (below).
     chains_disagree_ : bool, rhat_lp_ : float, chain_mean_lp_ : ndarray (chains,)
@@ -182,12 +199,13 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
     """
 
     def __init__(self, model, guide=None, *, n_clusters, inference="svi", random_state=None,
-                 model_kwargs=None, num_steps=1000, learning_rate=0.02, clip_norm=10.0,
+                 model_kwargs=None, num_steps=2000, learning_rate=0.02, clip_norm=10.0,
                  batch_size=None,
                  jit=False, num_particles=1, num_samples=300, warmup_steps=300, num_chains=2,
                  max_tree_depth=6, n_posterior_draws=50, n_perplexity_samples=1000,
                  max_plate_nesting=None, cluster_axes=None, rhat_threshold=1.05,
-                 svi_tol=1e-3, n_init=1, init_steps=None, lr_decay=None, verbose=False):
+                 svi_tol=1e-3, init="mode", n_init=8, init_steps=None, lr_decay=None,
+                 min_steps=300, verbose=False):
         self.model = model
         self.guide = guide
         self.n_clusters = n_clusters
@@ -210,9 +228,11 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         self.cluster_axes = cluster_axes
         self.rhat_threshold = rhat_threshold
         self.svi_tol = svi_tol
+        self.init = init
         self.n_init = n_init
         self.init_steps = init_steps
         self.lr_decay = lr_decay
+        self.min_steps = min_steps
         self.verbose = verbose
 
     def __persistence_restore__(self):
@@ -239,6 +259,10 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         check_positive_int(self.n_posterior_draws, "n_posterior_draws")
         check_positive_int(self.n_perplexity_samples, "n_perplexity_samples")
         check_positive_int(self.n_init, "n_init")
+        if self.init not in ("mode", "prior"):
+            raise ValueError(f"init must be 'mode' or 'prior'; got {self.init!r}")
+        if self.min_steps is not None:
+            check_positive_int(self.min_steps, "min_steps")
         if self.init_steps is not None:
             check_positive_int(self.init_steps, "init_steps")
         if not (self.lr_decay is None or self.lr_decay == "auto"
@@ -278,7 +302,16 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
 
         from consensuskit.inference.pyro_svi import fit_svi
 
-        guide = default_guide(self.model) if self.guide is None else self.guide
+        self.mode_ = None
+        if self.guide is None and self.init == "mode":
+            from consensuskit.inference.posterior_mode import posterior_mode
+
+            self.mode_ = posterior_mode(self.model, labels, model_kwargs=kw,
+                                        max_plate_nesting=P, n_init=self.n_init,
+                                        init_iter=self.init_steps or 20, seed=seed)
+            guide = default_guide(self.model, self.mode_.values)
+        else:
+            guide = default_guide(self.model) if self.guide is None else self.guide
         self.guide_ = guide
         opts = dict(model_kwargs=kw, learning_rate=self.learning_rate, clip_norm=self.clip_norm,
                     batch_size=self.batch_size, max_plate_nesting=P, jit=self.jit,
@@ -286,19 +319,27 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         decay = (None if self.lr_decay is None
                  else 0.1 ** (1.0 / max(1, self.num_steps)) if self.lr_decay == "auto"
                  else float(self.lr_decay))
+        stop = None
+        if self.min_steps is not None:
+            def stop(losses):
+                n = len(losses)
+                return (n >= self.min_steps and n % 50 == 0
+                        and self._elbo_converged(np.asarray(losses))[0])
         with torch.random.fork_rng(), pyro.get_param_store().scope() as state:
             start = self._svi_restarts(guide, labels, opts, seed)
             res = fit_svi(self.model, guide, labels, num_steps=self.num_steps, seed=seed,
-                          desc="PyroConsensus SVI", lr_decay=decay, init_state=start, **opts)
+                          desc="PyroConsensus SVI", lr_decay=decay, init_state=start,
+                          stop_when=stop, **opts)
             pyro.get_param_store().set_state(res.param_state)
             draws = self._guide_draws(labels, kw)
             state = pyro.get_param_store().get_state()
         self.losses_ = res.losses + [res.extra["final_loss"]]
+        self.n_steps_ = int(res.n_steps)
         self._param_state = state
         self.converged_, self.elbo_change_ = self._elbo_converged(np.asarray(res.losses))
         if not self.converged_:
             warnings.warn(
-                f"PyroConsensus SVI: the ELBO has not converged in {self.num_steps} steps (mean "
+                f"PyroConsensus SVI: the ELBO has not converged in {self.n_steps_} steps (mean "
                 f"loss of the last 10% of the steps differs from the 10% before by "
                 f"{self.elbo_change_:.4g}); raise num_steps or learning_rate (converged_)",
                 RuntimeWarning, stacklevel=5)
@@ -313,7 +354,7 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         from consensuskit.inference.pyro_svi import fit_svi
 
         self.restart_losses_ = []
-        if self.n_init <= 1:
+        if self.n_init <= 1 or self.init != "prior":
             return None
         steps = self.init_steps or max(20, self.num_steps // 10)
         rs = np.random.RandomState(seed)
