@@ -48,6 +48,7 @@ def iris_labels():
     return generate.kmeans_partitions(F[rows], 4, n_clusters=3, random_state=0)
 
 
+@pytest.mark.slow
 def test_pyro_consensus_starts_svi_at_the_mode_and_stops_on_a_plateau(iris_labels):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -72,3 +73,52 @@ def test_pyro_consensus_starts_svi_at_the_mode_and_stops_on_a_plateau(iris_label
 def test_init_is_checked(iris_labels):
     with pytest.raises(ValueError, match="init must be"):
         ck.PyroConsensus(mm.model, n_clusters=3, init="kmeans").fit(iris_labels)
+
+
+def test_integrated_rows_factor_is_the_exact_row_marginal_and_differentiable():
+    """BCE: the factor of integrate_locals (likelihood weighting, fixed draws) against the
+    exact log p(x | alpha, beta) of the collapsed spec, within its own Monte Carlo error;
+    gradients reach alpha (through the reparametrised draws of theta_i)."""
+    from pyro import poutine
+
+    from consensuskit.inference import pointwise
+    from consensuskit.inference.integrated_locals import integrate_locals
+    from consensuskit.models.bce import spec as bce
+
+    x = torch.tensor([[0, 1, 1], [1, 0, 0], [2, 1, 0], [0, 0, -1], [1, 1, 1]])
+    kw = dict(n_labels=[3, 2, 2], n_clusters=2)
+    with float64_default():
+        roles = pointwise.site_roles(bce.model, x, kw, 2)
+        g = {"alpha": torch.tensor([0.7, 1.3], requires_grad=True),
+             "beta_0": torch.tensor([[0.6, 0.3, 0.1], [0.1, 0.2, 0.7]]),
+             "beta_1": torch.tensor([[0.8, 0.2], [0.3, 0.7]]),
+             "beta_2": torch.tensor([[0.5, 0.5], [0.9, 0.1]])}
+        S = 4000
+        fit = integrate_locals(bce.model, roles, num_particles=S, seed=3)
+        tr = poutine.trace(poutine.condition(fit, data=g)).get_trace(x, **kw)
+        node = tr.nodes["rows_integrated"]
+        factor = node["fn"].log_prob(node["value"]).sum()
+        exact = pointwise.score_rows(bce.model_collapsed, x, {k: v.detach() for k, v in
+                                                              g.items()},
+                                     model_kwargs=kw, roles=pointwise.site_roles(
+                                         bce.model_collapsed, x, kw, 2)).log_lik.sum()
+        lw = pointwise.row_log_weights(bce.model, x, g, kw, roles, S)
+        se = float(torch.sqrt(pointwise.logmeanexp_rows(lw.detach())[1].sum()))
+        assert abs(float(factor.detach()) - exact) < 4 * se + 1e-9
+        assert "theta" not in tr.nodes and set(g) <= set(tr.nodes)
+        factor.backward()
+        assert torch.isfinite(g["alpha"].grad).all() and g["alpha"].grad.abs().sum() > 0
+
+
+@pytest.mark.slow
+def test_bce_spec_default_fit_integrates_theta(iris_labels):
+    from consensuskit.models.bce import spec as bce
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        est = ck.PyroConsensus(bce.model, n_clusters=3, random_state=0, num_steps=60,
+                               min_steps=None, polish_steps=0, n_init=2, fit_particles=20,
+                               n_posterior_draws=2, n_perplexity_samples=50).fit(iris_labels)
+    assert est.row_latents_ == "integrate"
+    assert "theta" not in est.posterior_samples_ and "alpha" in est.posterior_samples_
+    assert est.membership_.shape == (60, 3)

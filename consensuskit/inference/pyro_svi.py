@@ -123,8 +123,11 @@ class SVIDriverEngine(Engine):
         self._svi = SVIEngine(self.model, self.guide, self.elbo,
                               learning_rate=self.learning_rate, clip_norm=self.clip_norm,
                               lr_decay=self.lr_decay)
-        start = (copy.deepcopy(self.init_state) if self.init_state is not None
-                 else {"params": {}, "constraints": {}})
+        # parameters copied; constraint objects shared (copies of Pyro's singletons would
+        # no longer compare equal to them, e.g. after a save and load)
+        start = ({"params": copy.deepcopy(self.init_state["params"]),
+                  "constraints": dict(self.init_state["constraints"])}
+                 if self.init_state is not None else {"params": {}, "constraints": {}})
         return {"param_state": start, "loss": math.inf, "step": 0}
 
     def step(self, state, rng):
