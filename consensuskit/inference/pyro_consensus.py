@@ -197,7 +197,8 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         mean-field fit whose ELBO gap biases the globals: BCE's spec on wine scored 1.29
         held out against its exact posterior's 1.17).  ``row_latents_`` says which ran.
     fit_particles : int
-        ``S`` for ``row_latents="integrate"``.
+        ``S`` for ``row_latents="integrate"`` (which runs without ``jit``: a RuntimeWarning
+        says so when ``jit=True``; ``jit_used_``).
     guide_family : {"auto", "normal", "mvn"}
         The default guide's Gaussian (:func:`default_guide`): "auto" is the full-covariance
         one when the guide starts at the posterior mode and has at most ``MAX_MVN_DIMS``
@@ -381,8 +382,14 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         else:
             guide = self.guide
         self.guide_ = guide
+        self.jit_used_ = bool(self.jit) and self.row_latents_ != "integrate"
+        if self.jit and not self.jit_used_:
+            warnings.warn("PyroConsensus SVI: jit=True is not used with row_latents="
+                          "'integrate' (its factor cannot be traced); pass row_latents="
+                          "'guide' to JIT the mean-field fit (jit_used_)", RuntimeWarning,
+                          stacklevel=5)
         opts = dict(model_kwargs=kw, learning_rate=self.learning_rate, clip_norm=self.clip_norm,
-                    batch_size=self.batch_size, max_plate_nesting=P, jit=self.jit,
+                    batch_size=self.batch_size, max_plate_nesting=P, jit=self.jit_used_,
                     num_particles=self.num_particles, progress=self.verbose)
         decay = (None if self.lr_decay is None
                  else 0.1 ** (1.0 / max(1, self.num_steps)) if self.lr_decay == "auto"
