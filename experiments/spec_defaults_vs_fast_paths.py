@@ -80,7 +80,7 @@ def paired(ll, ref):
 
 
 def main(baseline=False, point=False, reference=True, datasets_=DATASETS, seed=0,
-         nuts_samples=300, nuts_for=("MM", "BCE")):
+         nuts_samples=300, nuts_for=("MM", "BCE"), save_ll=None):
     import pandas as pd
 
     rows = []
@@ -115,6 +115,8 @@ def main(baseline=False, point=False, reference=True, datasets_=DATASETS, seed=0
                      "steps": getattr(est, "n_steps_", np.nan), "warnings": "; ".join(notes)}
                 r["diff_fast"], r["se_fast"] = paired(ll, ll_fast)
                 cell.append((r, ll))
+                if save_ll:
+                    np.save(f"{save_ll}/ll_{name}_{spec_name}_{label.split()[0]}.npy", ll)
                 print(f"{name:6s} {spec_name:3s} {label:29s} fast {r['fast_perplexity']:.4f} "
                       f"fit {r['perplexity']:.4f}  vs fast {r['diff_fast']:+8.2f} ± "
                       f"{r['se_fast']:.2f} (rows) ± {r['mcse']:.2f} (MC)  cpu fast "
@@ -146,6 +148,8 @@ if __name__ == "__main__":
     p.add_argument("--nuts-for", nargs="*", default=["MM", "BCE"],
                    help="specs that get the NUTS reference (BCE's costs minutes)")
     p.add_argument("--datasets", nargs="*", default=list(DATASETS))
+    p.add_argument("--save-ll", default=None, help="folder for each fit's held-out "
+                   "log-likelihoods (ll_<data>_<spec>_<fit>.npy)")
     a = p.parse_args()
     main(a.baseline, a.point, a.reference, a.datasets, nuts_samples=a.nuts_samples,
-         nuts_for=a.nuts_for)
+         nuts_for=a.nuts_for, save_ll=a.save_ll)

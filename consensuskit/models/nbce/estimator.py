@@ -32,6 +32,24 @@ from consensuskit.models.nbce.gibbs import (
 from consensuskit.models.nbce.priors import PRIORS, get_prior
 from consensuskit.models.nbce.vb import VB
 
+#: split R-hat of the log joint above which NBCE's Gibbs chains count as in separate modes
+RHAT_THRESHOLD = 1.05
+
+
+def split_rhat(x):
+    """Split R-hat (Gelman et al., BDA3 eq. 11.4) of ``x`` (chains, draws): each chain cut
+    in two halves, then the potential scale reduction of the 2C half-chains."""
+    x = np.asarray(x, dtype=np.float64)
+    h = x.shape[1] // 2
+    if h < 2:
+        return float("nan")
+    parts = np.concatenate([x[:, :h], x[:, -h:]], axis=0)  # (2C, h)
+    W = parts.var(axis=1, ddof=1).mean()
+    B = h * parts.mean(axis=1).var(ddof=1)
+    if W <= 0:
+        return float("inf") if B > 0 else 1.0
+    return float(np.sqrt(((h - 1) / h * W + B / h) / W))
+
 __all__ = ["NBCE", "predictive_parameters", "DEFAULT_TRUNCATION"]
 
 #: components of FSD, and of the variational engines, when ``truncation=None``
@@ -196,6 +214,11 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         largest size they grew to; their last component is empty in every draw).
     max_occupied_ : int
         Gibbs: the most clusters occupied in a retained draw.
+    chains_disagree_ : bool, rhat_lp_ : float, chain_mean_lp_ : ndarray (chains,)
+        Gibbs: split R-hat over chains of the log joint (relabelling-invariant), each
+        chain's mean; R-hat above ``RHAT_THRESHOLD`` (1.05) means the chains sit in
+        separate modes and the pooled draws mix them (a RuntimeWarning at fit time; NaN
+        and False with one chain).
     truncation_filled_ : float
         Gibbs: share of retained draws that occupy every component (always 0.0 with no
         truncation); a warning when it is positive.
@@ -383,6 +406,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         self._draw_maps = maps
         self.n_clusters_draws_ = out["n_occupied"]
         self._check_truncation(out, T)
+        self._check_chains(out["log_joint"])
         self.alpha0_ = float(out["alpha0"].mean())
         self.beta_ = float(out["beta"].mean())
         self._arviz_posterior = {
@@ -393,6 +417,24 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         }
         self._arviz_attrs = {"prior": self.prior, "truncation": T,
                              "inference": "collapsed_gibbs"}
+
+    def _check_chains(self, lp):
+        """``rhat_lp_``, ``chain_mean_lp_``, ``chains_disagree_``: the split R-hat over chains
+        of the log joint ``lp`` (C, S), which does not change under relabelling; above
+        :data:`RHAT_THRESHOLD` the chains sit in separate modes and ``labels_``,
+        ``membership_`` and the scores pool them: a RuntimeWarning says so."""
+        lp = np.asarray(lp, dtype=np.float64)
+        self.chain_mean_lp_ = lp.mean(1)
+        self.rhat_lp_ = split_rhat(lp) if lp.shape[0] >= 2 else float("nan")
+        self.chains_disagree_ = bool(lp.shape[0] >= 2 and not (self.rhat_lp_
+                                                                <= RHAT_THRESHOLD))
+        if self.chains_disagree_:
+            warnings.warn(
+                f"NBCE: the Gibbs chains sit in separate modes (split R-hat of the log joint "
+                f"{self.rhat_lp_:.3g} > {RHAT_THRESHOLD}; chain means "
+                f"{np.round(self.chain_mean_lp_, 1).tolist()}): labels and scores pool them. "
+                "Run longer chains (burn_in, n_samples) or compare the chains "
+                "(chains_disagree_)", RuntimeWarning, stacklevel=4)
 
     def _check_truncation(self, out, T):
         """``truncation_``, ``max_occupied_``, ``truncation_filled_``, and a warning when
