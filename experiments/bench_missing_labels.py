@@ -12,7 +12,8 @@ the classes of:
 
 Prints the mean ARI over the seeds with its standard error and each method's
 median CPU and wall time per fit.  The ClusterEnsembles package (a peer that runs
-CSPA with spectral clustering and HGPA with KaHyPar) is used when importable.
+CSPA as METIS on the raw co-occurrence counts and HGPA with KaHyPar, km1 objective)
+is used when importable.
 
 Usage::
 

@@ -115,39 +115,92 @@ def normal_local_fit(X, timeout):
     return sorted(found)
 
 
+RANK = r"""
+import os, sys, time
+def mark(what, log=os.environ["CK_FAULT_TIMES"]):
+    with open(log, "a") as fh:
+        fh.write(f"{what} {time.time():.6f}\n")
+mark("python")
+import torch, torch.distributed, pandas  # noqa: E401  (what a rank imports before joining)
+from consensuskit.distributed import launch
+from consensuskit.models.bce import cavi  # noqa: F401
+mark("imported")
+store = launch._cli_store
+def entering_the_join(timeout):
+    mark("join")
+    return store(timeout)
+launch._cli_store = entering_the_join
+leave = os._exit
+def leave_marked(code):
+    mark("error")
+    leave(code)
+os._exit = leave_marked  # a rank's clear error is printed, then it leaves with os._exit(1)
+rc = launch.main(sys.argv[1:])
+mark("done")
+sys.exit(rc)
+"""
+
+
 def hand_launch(csv, out, ranks, world_sizes, port, timeout, tokens=None, watch=False):
-    """Start ranks by hand as torchrun would set them; wait for all; (seconds, rcs, stderr)."""
-    procs = []
+    """Start ranks by hand as torchrun would set them and wait for all.
+
+    Each rank runs :data:`RANK`, which logs the time its interpreter runs its first line,
+    has imported what a rank imports, enters the join (the store: rank 0 binds it, the
+    others connect) and prints its error.  Returns (seconds from launch to the last exit,
+    exit codes, last stderr lines, processes left, listening sockets, per-rank times)."""
+    procs, logs = [], []
     t0 = time.monotonic()
+    tmp = tempfile.mkdtemp()
     for i, r in enumerate(ranks):
+        logs.append(os.path.join(tmp, f"rank{i}.times"))
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world_sizes[i]),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-                   LOCAL_RANK=str(r))
+                   LOCAL_RANK=str(r), CK_FAULT_TIMES=logs[-1])
         if tokens is not None:
             env["CONSENSUSKIT_DIST_TOKEN"] = tokens[i]
+        launched = time.time()
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "consensuskit.distributed", "fit", "--n-clusters", "3",
+            [sys.executable, "-c", RANK, "fit", "--n-clusters", "3",
              "--max-iter", "200", "--tol", "0", "--quiet", "--timeout", str(timeout), csv,
              "-o", out], env=env, stderr=subprocess.PIPE, text=True))
+        with open(logs[-1], "w") as fh:
+            fh.write(f"launched {launched:.6f}\n")
     found = set()
     if watch:
         while any(p.poll() is None for p in procs):
             found.update(listening({p.pid for p in procs}))
             time.sleep(0.2)
-    errs = []
-    rcs = []
+    errs, rcs, exited = [], [], []
     for p in procs:
         try:
-            _, err = p.communicate(timeout=timeout + 60)
+            _, err = p.communicate(timeout=timeout + 600)
         except subprocess.TimeoutExpired:
             p.kill()
             _, err = p.communicate()
+        exited.append(time.time())
         rcs.append(p.returncode)
         errs.append(err.strip().splitlines()[-1] if err.strip() else "")
     elapsed = time.monotonic() - t0
     left = [p.pid for p in procs if psutil.pid_exists(p.pid)
             and psutil.Process(p.pid).status() != psutil.STATUS_ZOMBIE]
-    return elapsed, rcs, errs, left, sorted(found)
+    times = []
+    for log in logs:
+        with open(log) as fh:
+            marks = dict(line.split() for line in fh if line.strip())
+        times.append({k: float(v) for k, v in marks.items()})
+    return elapsed, rcs, errs, left, sorted(found), times
+
+
+def rank_times(times):
+    """Per rank: interpreter start (launch to first line), imports, and join entry to
+    the clear error ('-' when the rank did not fail)."""
+    out = []
+    for t in times:
+        start = t["python"] - t["launched"] if "python" in t else float("nan")
+        imports = t["imported"] - t["python"] if "imported" in t else float("nan")
+        to_err = t["error"] - t["join"] if "error" in t and "join" in t else None
+        out.append((start, imports, to_err))
+    return out
 
 
 def free_port():
@@ -162,7 +215,7 @@ def main():
     args = ap.parse_args()
     T = args.timeout
     X = data()
-    rows = []
+    rows, hand_rows = [], []
     print(f"timeout = {T:g} s; goal: a clear error within {T + 10:g} s, nothing left behind\n")
     t0 = time.monotonic()
     listen = normal_local_fit(X, T)
@@ -185,31 +238,46 @@ def main():
         print(f"start-up of one hand-launched rank (imports, alone): {startup:.1f} s; three "
               "start at once on this machine\n")
         port = free_port()
-        el, rcs, errs, left, found = hand_launch(csv, out, [0, 1, 2], [3, 3, 3], port, T,
-                                                 watch=True)
-        print(f"hand-launched ranks (MASTER_ADDR=127.0.0.1, 200 iterations, {el:.1f} s, "
-              f"of which start-up: see 'missing rank'): exit codes {rcs}, listening: {found}\n")
+        el, rcs, errs, left, found, _ = hand_launch(csv, out, [0, 1, 2], [3, 3, 3], port, T,
+                                                    watch=True)
+        print(f"hand-launched ranks (MASTER_ADDR=127.0.0.1, 200 iterations, {el:.1f} s): "
+              f"exit codes {rcs}, listening: {found}\n")
         holder = socket.socket()
         holder.bind(("127.0.0.1", 0))
         holder.listen(1)
         busy = holder.getsockname()[1]
-        el, rcs, errs, left, _ = hand_launch(csv, out, [0, 1, 2], [3, 3, 3], busy, T)
-        rows.append(("port in use", el, [f"rc={rcs}", errs[0]], left))
+        hand = []
+        hand.append(("port in use", *hand_launch(csv, out, [0, 1, 2], [3, 3, 3], busy, T)))
         holder.close()
-        el, rcs, errs, left, _ = hand_launch(csv, out, [0, 1], [3, 3], free_port(), T)
-        rows.append(("missing rank 2", el, [f"rc={rcs}", errs[0]], left))
-        el, rcs, errs, left, _ = hand_launch(csv, out, [0, 1, 2], [3, 2, 3], free_port(), T)
-        rows.append(("world-size mismatch", el, [f"rc={rcs}", *errs], left))
-        el, rcs, errs, left, _ = hand_launch(csv, out, [0, 1, 2], [3, 3, 3], free_port(), T,
-                                             tokens=["a" * 32, "a" * 32, "b" * 32])
-        rows.append(("foreign token (rank 2)", el, [f"rc={rcs}", *errs], left))
+        hand.append(("missing rank 2", *hand_launch(csv, out, [0, 1], [3, 3], free_port(),
+                                                    T)))
+        hand.append(("world-size mismatch", *hand_launch(csv, out, [0, 1, 2], [3, 2, 3],
+                                                         free_port(), T)))
+        hand.append(("foreign token (rank 2)", *hand_launch(
+            csv, out, [0, 1, 2], [3, 3, 3], free_port(), T,
+            tokens=["a" * 32, "a" * 32, "b" * 32])))
+        for name, el, rcs, errs, left, _, times in hand:
+            per = rank_times(times)
+            worst = max((e for _, _, e in per if e is not None), default=float("nan"))
+            rows.append((name, worst, [f"rc={rcs}", *errs], left))
+            hand_rows.append((name, el, per))
     print("seconds: local cases from the fault (logged by the rank) to the launcher's error; "
-          "hand-launched cases from starting the processes (start-up included, see above)")
+          "hand-launched cases from the rank's entry into the join (logged inside the rank) "
+          "to its clear error, the largest over the ranks that failed")
     print(f"{'case':28s} {'seconds':>8s} {'<= T+10':>8s} {'left':>5s}  error")
     for name, el, msg, left in rows:
         print(f"{name:28s} {el:8.1f} {str(el <= T + 10):>8s} {len(left):5d}  "
               + "\n" + "\n".join(f"{'':52s}{m[:160]}" for m in msg))
-
+    print("\nhand-launched ranks, per rank: interpreter start (launch to first line) / "
+          "imports (torch, consensuskit) / join entry to clear error")
+    for name, el, per in hand_rows:
+        cells = "; ".join(f"rank {i}: {a:.1f} / {b:.1f} / "
+                          + ("-" if e is None else f"{e:.1f}") for i, (a, b, e) in enumerate(per))
+        print(f"  {name:24s} ({el:.1f} s launch to last exit): {cells}")
+    time.sleep(1.0)
+    mine = descendants()
+    print(f"\nafter all cases: {len(mine)} processes of this session left "
+          f"({sorted(mine)}); listening sockets of them: {listening(mine | {os.getpid()})}")
 
 if __name__ == "__main__":
     main()

@@ -1,10 +1,12 @@
 """GBCE's default estimate on data simulated from GBCE's spec (issue 24, must-show 4).
 
-Data: K = 3 clusters, M = 4 base clusterings with 3 labels each (``beta`` rows from
-Dirichlet(0.5)), D = 3 features with ``mu_hf = sep * [f == h]`` and ``sigma2 = 1``,
-``alpha_h = alpha``; N training rows and 500 held out (:func:`consensuskit.models.gbce.spec
-.simulate`).  Per cell (alpha, sep) and seed, for GBCE's default (``"gibbs"``), GBCE's
-mean-field fit (the previous default) and BCE's default on the labels alone:
+Data (``--settings K,M,D``, default 3,4,3): K clusters, M base clusterings with 3
+labels each (``beta`` rows from Dirichlet(0.5)), D features with ``mu_hf = sep *
+[f == h]`` (with D < K the last K - D clusters share the features' mean 0) and
+``sigma2 = 1``, ``alpha_h = alpha``; N training rows and 500 held out
+(:func:`consensuskit.models.gbce.spec.simulate`).  Per cell (alpha, sep) and seed, for
+GBCE's default (``"gibbs"``), GBCE's mean-field fit (the previous default) and BCE's
+default on the labels alone:
 
 * ``ARI``: adjusted Rand index of the hard consensus of the training rows against the
   true dominant cluster ``argmax theta_i``; ``oracle ARI``: the same for the exact
@@ -16,7 +18,7 @@ mean-field fit (the previous default) and BCE's default on the labels alone:
 * CPU seconds of each fit and GBCE's over BCE's.
 
 Usage: python experiments/gbce_grid.py [--alpha 0.3 1] [--sep 1.5 4] [--seeds 0 1]
-    [--N 1000]
+    [--N 1000] [--settings 3,4,3 5,10,5 4,8,2] [--no-meanfield]
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from consensuskit.models.gbce import spec as gbce_spec  # noqa: E402
 from consensuskit.models.gbce.estimator import GBCE  # noqa: E402
 from consensuskit.models.gbce.selection import row_columns  # noqa: E402
 
-K, M, KJ, D, N_HELD = 3, 4, 3, 3, 500
+KJ, N_HELD = 3, 500
+K = M = D = None  # the setting being run (main sets them)
 
 
 def timed(est, X, **kw):
@@ -78,7 +81,7 @@ def oracle_labels(X, F, alpha, betas):
 MU = None
 
 
-def run(alpha, sep, seed, N):
+def run(alpha, sep, seed, N, meanfield=True):
     global MU
     MU = sep * np.eye(K, D)
     params = {"alpha": np.full(K, alpha), "mu": MU, "sigma2": np.ones((K, D))}
@@ -92,10 +95,13 @@ def run(alpha, sep, seed, N):
                                                               betas))}
     bce, t_b = timed(BCE(K, random_state=seed), X[tr])
     g, t_g = timed(GBCE(K, random_state=seed), X[tr], features=F[tr])
-    gm, t_gm = timed(GBCE(K, alpha_estimate="meanfield", random_state=seed), X[tr],
-                     features=F[tr])
+    fits = [("gibbs", g, t_g), ("BCE", bce, t_b)]
+    if meanfield:
+        gm, t_gm = timed(GBCE(K, alpha_estimate="meanfield", random_state=seed), X[tr],
+                         features=F[tr])
+        fits.insert(1, ("meanfield", gm, t_gm))
     ll_b, n = label_loglik(bce, X[te])
-    for name, est, t in (("gibbs", g, t_g), ("meanfield", gm, t_gm), ("BCE", bce, t_b)):
+    for name, est, t in fits:
         ll, _ = label_loglik(est, X[te])
         out[name] = {"ari": adjusted_rand_score(truth, est.labels_),
                      "ppl": float(np.exp(-(ll - ll_b) / n)),
@@ -109,15 +115,21 @@ def main(argv=None):
     ap.add_argument("--sep", type=float, nargs="+", default=[1.5, 4.0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--N", type=int, default=1000)
+    ap.add_argument("--settings", nargs="+", default=["3,4,3"], metavar="K,M,D")
+    ap.add_argument("--no-meanfield", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    print(f"{'alpha':>5} {'sep':>4} {'sd':>2} {'orARI':>6} | {'ARI g/mf/BCE':>17} | "
+    global K, M, D
+    nan = {"ari": float("nan"), "ppl": float("nan"), "sa": float("nan"), "cpu": float("nan")}
+    print(f"{'K,M,D':>7} {'alpha':>5} {'sep':>4} {'sd':>2} {'orARI':>6} | {'ARI g/mf/BCE':>17} | "
           f"{'ppl/BCE g/mf':>13} | {'sa/true g/mf/BCE':>17} | {'cpu g/mf/BCE':>15} "
           f"{'g/BCE':>5}")
-    for alpha, sep, seed in itertools.product(args.alpha, args.sep, args.seeds):
-        r = run(alpha, sep, seed, args.N)
-        g, m, b = r["gibbs"], r["meanfield"], r["BCE"]
-        print(f"{alpha:>5} {sep:>4} {seed:>2} {r['oracle']:6.3f} | {g['ari']:5.3f} "
+    for setting, alpha, sep, seed in itertools.product(args.settings, args.alpha, args.sep,
+                                                       args.seeds):
+        K, M, D = (int(v) for v in setting.split(","))
+        r = run(alpha, sep, seed, args.N, meanfield=not args.no_meanfield)
+        g, m, b = r["gibbs"], r.get("meanfield", nan), r["BCE"]
+        print(f"{setting:>7} {alpha:>5} {sep:>4} {seed:>2} {r['oracle']:6.3f} | {g['ari']:5.3f} "
               f"{m['ari']:5.3f} {b['ari']:5.3f} | {g['ppl']:6.4f} {m['ppl']:6.4f} | "
               f"{g['sa']:5.2f} {m['sa']:5.2f} {b['sa']:5.2f} | {g['cpu']:4.1f} {m['cpu']:5.1f} "
               f"{b['cpu']:4.1f} {g['cpu'] / b['cpu']:5.2f}", flush=True)

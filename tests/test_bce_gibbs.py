@@ -46,6 +46,23 @@ def test_minka_alpha_is_the_dirichlet_multinomial_mle():
     np.testing.assert_allclose(a_fp, ref, rtol=1e-4)
 
 
+def test_minka_alpha_step_is_the_digamma_update_on_weighted_histograms():
+    """One update of the tail-count kernel equals Minka's digamma form, pooled (non-integer)
+    histograms and rows with no labels included."""
+    from scipy.special import digamma
+
+    rng = np.random.default_rng(3)
+    K, C = 4, 12
+    hist = rng.random((K, C + 1)) * 50
+    v_hist = rng.random(C + 1) * 80
+    a = rng.gamma(1.0, 0.5, K) + 0.01
+    c, v = np.arange(C + 1.0), np.arange(C + 1.0)
+    want = a * (hist * (digamma(c + a[:, None]) - digamma(a[:, None]))).sum(1) / (
+        v_hist * (digamma(v + a.sum()) - digamma(a.sum()))).sum()
+    got, _ = minka_alpha(hist, v_hist, a, n_iter=1)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def test_minka_eta_is_the_symmetric_dirichlet_mle():
     rng = np.random.default_rng(1)
     kj = np.array([3, 5])

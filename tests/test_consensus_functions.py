@@ -129,6 +129,62 @@ def test_hgpa_cut_no_worse_than_planted(rng):
     assert np.bincount(m.labels_).max() <= 1.05 * X.shape[0] / 3
 
 
+def _brute_force_cut_and_km1(X, labels):
+    """Cut hyperedges and sum of (parts spanned - 1), one base cluster at a time."""
+    cut = km1 = 0
+    for j in range(X.shape[1]):
+        for c in np.unique(X[X[:, j] >= 0, j]):
+            spanned = len(np.unique(labels[X[:, j] == c]))
+            cut += spanned > 1
+            km1 += spanned - 1
+    return cut, km1
+
+
+@pytest.mark.parametrize("objective", ["cut", "km1"])
+@pytest.mark.parametrize("k,missing", [(2, 0.0), (3, 0.2), (4, 0.3)])
+def test_hgpa_parts_within_stated_balance(rng, objective, k, missing):
+    """Every part holds at most max_part_size_ = floor((1 + imbalance) ceil(n / K)) points,
+    and edge_cut_ is the brute-force count of cut base clusters of labels_."""
+    from consensuskit.consensus.graph import _connectivity_minus_one
+
+    X, y = planted(rng, n_per=50 + 7 * k, k=k, noise=0.3, missing=missing)
+    m = HGPA(k, objective=objective, imbalance=0.03, n_init=2, random_state=0).fit(X)
+    n = X.shape[0]
+    assert m.max_part_size_ == int(np.floor(1.03 * np.ceil(n / k)))
+    assert np.bincount(m.labels_).max() <= m.max_part_size_
+    cut, km1 = _brute_force_cut_and_km1(X, m.labels_)
+    assert m.edge_cut_ == cut
+    assert _connectivity_minus_one(m.ensemble_, m.labels_) == km1
+
+
+def test_hgpa_leaves_out_only_hyperedges_no_balanced_partition_keeps_whole(rng):
+    """A base cluster larger than a part is cut by every balanced partition: HGPA leaves it
+    out of KaHyPar's input; the clean smaller ones must still be cut exactly zero times."""
+    y = np.repeat(np.arange(4), 40)
+    big = np.where(y < 2, 0, 1)  # two clusters of 80 points: larger than 1.05 * 40
+    X = np.column_stack([y, (y + 1) % 4, big, 1 - big, (y * 3) % 4])
+    m = HGPA(4, random_state=0).fit(X)
+    assert m.n_always_cut_ == 4 and m.n_hyperedges_ == 16
+    assert m.edge_cut_ == 4  # only the four unavoidable ones
+    assert adjusted_rand_score(y, m.labels_) == 1.0
+    assert m.uncut_label_fraction_ == pytest.approx(3 / 5)
+
+
+def test_hgpa_reports_a_saturated_objective(rng):
+    """On a noisy ensemble the planted partition cuts every hyperedge; HGPA's partition
+    keeps whole far less than one base clustering's labels (uncut_label_fraction_ < 1/M),
+    while on a clean one it keeps all of them."""
+    from consensuskit.consensus.graph import hyperedge_cut
+
+    X, y = planted(rng, noise=0.5)
+    m = HGPA(3, random_state=0).fit(X)
+    assert hyperedge_cut(m.ensemble_, y) == m.n_hyperedges_
+    assert m.edge_cut_ <= m.n_hyperedges_
+    assert m.uncut_label_fraction_ < 1 / X.shape[1]
+    clean = HGPA(3, random_state=0).fit(planted(rng, noise=0.0)[0])
+    assert clean.uncut_label_fraction_ == 1.0
+
+
 def test_hgpa_falls_back_to_metis_with_warning(rng, monkeypatch):
     from consensuskit.consensus import graph
 
@@ -254,6 +310,8 @@ def test_bad_inputs():
         CSPA(2, partitioner="hmetis").fit(X)
     with pytest.raises(ValueError, match="imbalance"):
         HGPA(2, imbalance=0).fit(X)
+    with pytest.raises(ValueError, match="objective must be one of"):
+        HGPA(2, objective="soed").fit(X)
     with pytest.raises(ValueError, match="labels must be 2-D"):
         QMI(2).fit(np.arange(10))
 

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from scipy.special import digamma, gammaln
+from scipy.special import gammaln
 
 from consensuskit.inference.driver import Engine
 from consensuskit.models.bce import gibbs_kernels
@@ -92,18 +92,14 @@ def minka_alpha(hist, v_hist, alpha, *, n_iter: int = 100, rtol: float = 1e-6):
     alpha : ndarray (K,), clipped to :data:`ALPHA_RANGE`
     n_clipped : int, entries clipped
     """
-    c = np.arange(hist.shape[1], dtype=np.float64)
-    v = np.arange(v_hist.shape[0], dtype=np.float64)
-    a = np.asarray(alpha, dtype=np.float64).copy()
-    for _ in range(n_iter):
-        A = a.sum()
-        den = float((v_hist * (digamma(v + A) - digamma(A))).sum())
-        num = (hist * (digamma(c[None, :] + a[:, None]) - digamma(a[:, None]))).sum(1)
-        new = np.clip(a * num / den, *ALPHA_RANGE)
-        done = np.max(np.abs(new - a) / a) < rtol
-        a = new
-        if done:
-            break
+    # psi(c + a) - psi(a) = sum_{t < c} 1 / (a + t): the update needs only the tail
+    # counts T_ht = sum_{c > t} H_hc (and the rows' V_t), no digamma; numba kernel
+    hist = np.asarray(hist, dtype=np.float64)
+    v_hist = np.asarray(v_hist, dtype=np.float64)
+    tail = np.ascontiguousarray(np.cumsum(hist[:, :0:-1], axis=1)[:, ::-1])  # (K, C)
+    v_tail = np.ascontiguousarray(np.cumsum(v_hist[:0:-1])[::-1])  # (C,)
+    a = np.array(alpha, dtype=np.float64)
+    gibbs_kernels.minka_alpha_tails(tail, v_tail, a, int(n_iter), float(rtol), *ALPHA_RANGE)
     n_clipped = int(((a <= ALPHA_RANGE[0]) | (a >= ALPHA_RANGE[1])).sum())
     return a, n_clipped
 
@@ -119,18 +115,14 @@ def minka_eta(clab, ccol, label_column, n_labels, eta, *, n_iter: int = 100,
         eta <- eta sum_{r,h} [psi(c_rh + eta) - psi(eta)]
                / sum_{j,h} k_j [psi(c_jh + k_j eta) - psi(k_j eta)]
 
-    Returns ``(eta, clipped)``.
+    Returns ``(eta, clipped)``.  (The iteration runs in a numba kernel,
+    :func:`~consensuskit.models.bce.gibbs_kernels.minka_eta_iterate`.)
     """
-    kj = np.asarray(n_labels, dtype=np.float64)[:, None]
-    e = float(eta)
-    for _ in range(n_iter):
-        num = float((digamma(clab + e) - digamma(e)).sum())
-        den = float((kj * (digamma(ccol + kj * e) - digamma(kj * e))).sum())
-        new = float(np.clip(e * num / den, *ETA_RANGE))
-        done = abs(new - e) / e < rtol
-        e = new
-        if done:
-            break
+    e = gibbs_kernels.minka_eta_iterate(
+        np.ascontiguousarray(clab, dtype=np.float64), np.ascontiguousarray(ccol,
+                                                                           dtype=np.float64),
+        np.ascontiguousarray(n_labels, dtype=np.float64), float(eta), int(n_iter),
+        float(rtol), *ETA_RANGE)
     return e, bool(e <= ETA_RANGE[0] or e >= ETA_RANGE[1])
 
 

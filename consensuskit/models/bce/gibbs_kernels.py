@@ -31,7 +31,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["initial_assignments", "sweep", "feature_sweep", "add_rows", "count_histogram"]
+__all__ = ["initial_assignments", "sweep", "feature_sweep", "add_rows", "count_histogram",
+           "minka_alpha_tails", "digamma", "minka_eta_iterate"]
 
 
 @njit(cache=True)
@@ -206,3 +207,84 @@ def add_rows(codes, rows, z, nrow, clab, ccol, alpha, eta, n_labels, seed):
             nrow[i, h] += 1
             clab[x, h] += 1
             ccol[j, h] += 1
+
+
+@njit(cache=True)
+def minka_alpha_tails(tail, v_tail, alpha, n_iter, rtol, lo, hi):
+    """Minka's fixed point for an asymmetric Dirichlet from tail counts, in place on ``alpha``.
+
+    ``tail`` (K, C): ``T_ht`` = (weighted) rows with more than ``t`` labels in cluster
+    ``h``; ``v_tail`` (C,): rows with more than ``t`` labels in all.  Since
+    ``psi(c + a) - psi(a) = sum_{t < c} 1 / (a + t)``, Minka's update is::
+
+        alpha_h <- alpha_h sum_t T_ht / (alpha_h + t) / sum_t V_t / (A + t)
+
+    each entry clipped to ``[lo, hi]``; stops when no entry moves by ``rtol`` relative, or
+    after ``n_iter`` updates.  (:func:`consensuskit.models.bce.collapsed_gibbs.minka_alpha`
+    builds the tails; one update costs O(K C) with no digamma.)
+    """
+    K, C = tail.shape
+    new = np.empty(K)
+    for _ in range(n_iter):
+        A = 0.0
+        for h in range(K):
+            A += alpha[h]
+        den = 0.0
+        for t in range(v_tail.shape[0]):
+            den += v_tail[t] / (A + t)
+        worst = 0.0
+        for h in range(K):
+            num = 0.0
+            for t in range(C):
+                num += tail[h, t] / (alpha[h] + t)
+            v = alpha[h] * num / den
+            v = min(max(v, lo), hi)
+            new[h] = v
+            worst = max(worst, abs(v - alpha[h]) / alpha[h])
+        for h in range(K):
+            alpha[h] = new[h]
+        if worst < rtol:
+            break
+
+
+@njit(cache=True)
+def digamma(x):
+    """``psi(x)`` for ``x > 0``: the recurrence ``psi(x) = psi(x + 1) - 1 / x`` up to 10,
+    then the asymptotic series to ``x^-14`` (absolute error below 1e-15 there)."""
+    r = 0.0
+    while x < 10.0:
+        r -= 1.0 / x
+        x += 1.0
+    f = 1.0 / (x * x)
+    series = f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (
+        1.0 / 240 - f * (1.0 / 132 - f * (691.0 / 32760 - f / 12.0))))))
+    return r + np.log(x) - 0.5 / x - series
+
+
+@njit(cache=True)
+def minka_eta_iterate(clab, ccol, n_labels, eta, n_iter, rtol, lo, hi):
+    """Minka's fixed point for the symmetric ``eta`` (see
+    :func:`consensuskit.models.bce.collapsed_gibbs.minka_eta`): ``clab`` (L, K), ``ccol``
+    (M, K) float64 counts, ``n_labels`` (M,) ``k_j``; each update clipped to ``[lo, hi]``;
+    stops when it moves by less than ``rtol`` relative, or after ``n_iter``.  Returns eta."""
+    L, K = clab.shape
+    M = ccol.shape[0]
+    e = eta
+    for _ in range(n_iter):
+        num = 0.0
+        for r in range(L):
+            for h in range(K):
+                num += digamma(clab[r, h] + e)
+        num -= L * K * digamma(e)
+        den = 0.0
+        for j in range(M):
+            ke = n_labels[j] * e
+            base = digamma(ke)
+            for h in range(K):
+                den += n_labels[j] * (digamma(ccol[j, h] + ke) - base)
+        new = min(max(e * num / den, lo), hi)
+        done = abs(new - e) / e < rtol
+        e = new
+        if done:
+            break
+    return e
