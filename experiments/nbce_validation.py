@@ -5,7 +5,14 @@ at most 2,000) x ensemble size M in {10, 20} x base algorithm family x prior:
 
 * ``kmeans``: k-means partitions with k drawn per column from {2..10} (RPS);
 * ``rfs``: k-means on random feature subsets, k drawn per column;
-* ``mixed``: k-means, average and Ward linkage, fuzzy c-means in turn, k drawn per column.
+* ``mixed``: k-means, average and Ward linkage, fuzzy c-means in turn, k drawn per column;
+* ``gmm``: Gaussian mixtures (diagonal covariances, standardised features), k drawn per
+  column.
+
+``--breadth`` runs one cell per dataset instead of the full product, the settings rotated
+so that both M, both priors and all four families are used (:func:`breadth_cells`;
+``--breadth-offset 1`` gives each dataset the other M); with ``--datasets`` it runs those
+datasets' cells, in that order.
 
 Each cell fits ``NBCE(prior=...)`` with every other setting at its default (so the
 defaults' chain count and lengths are what is judged), ``--runs`` times with independent
@@ -38,7 +45,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 VARIABLES = ("log_joint", "n_clusters", "alpha0", "beta")
-FAMILIES = ("kmeans", "rfs", "mixed")
+FAMILIES = ("kmeans", "rfs", "mixed", "gmm")
 MAX_ROWS = 2000
 RHAT_MAX, ESS_MIN = 1.01, 400.0
 
@@ -74,7 +81,41 @@ def ensemble(name, n_partitions, family, seed=0):
         return mixed_partitions(features, n_partitions, n_clusters=k,
                                 algorithms=("kmeans", "average", "ward", "fuzzy_cmeans"),
                                 random_state=seed)
+    if family == "gmm":
+        return gaussian_mixture_partitions(features, n_partitions, k, seed)
     raise ValueError(f"unknown family {family!r}; choose from {FAMILIES}")
+
+
+def gaussian_mixture_partitions(features, n_partitions, k_range, seed):
+    """(N, M) labels of Gaussian mixtures with diagonal covariances, k drawn per column
+    from ``k_range`` (inclusive), one random initialisation each, on standardised
+    features; labels re-coded to ``0..k'-1`` (a component may end up empty)."""
+    from sklearn.mixture import GaussianMixture
+
+    rng = np.random.default_rng(seed)
+    x = features - features.mean(axis=0)
+    sd = x.std(axis=0)
+    x = x[:, sd > 0] / sd[sd > 0]
+    out = np.empty((x.shape[0], n_partitions), dtype=np.int64)
+    for j in range(n_partitions):
+        k = int(rng.integers(k_range[0], k_range[1] + 1))
+        gm = GaussianMixture(k, covariance_type="diag", init_params="random_from_data",
+                             reg_covar=1e-3, max_iter=100,
+                             random_state=int(rng.integers(2**31 - 1)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # ConvergenceWarning: the labels are still used
+            labels = gm.fit_predict(x)
+        out[:, j] = np.unique(labels, return_inverse=True)[1]
+    return out
+
+
+def breadth_cells(names, offset=0):
+    """One cell per dataset: dataset ``i`` (with ``j = i + offset``) gets M =
+    (10, 20)[j % 2], prior ("tsb", "fsd")[(j // 2) % 2] and family
+    ``FAMILIES[(j // 4) % 4]``, so each block of four datasets covers both M and both
+    priors with one family, and the families rotate over the blocks."""
+    return [(n, (10, 20)[j % 2], ("tsb", "fsd")[(j // 2) % 2], FAMILIES[(j // 4) % 4])
+            for j, n in enumerate(names, start=offset)]
 
 
 def _diagnostics(est):
@@ -91,10 +132,12 @@ def _diagnostics(est):
     return out
 
 
-def run_cell(cell, runs, n_chains=None):
+def run_cell(cell, runs, n_chains=None, point_estimate=None):
     """Fit default NBCE ``runs`` times on one cell's ensemble; one result dict.
     ``n_chains`` overrides the default chain count only (for checkouts whose default is
-    fewer than the four the diagnostics need)."""
+    fewer than the four the diagnostics need); ``point_estimate="dahl"`` skips the
+    default's SALSO search for ``labels_``, which runs after the chains and changes
+    neither the draws nor the diagnostics (only the CPU column)."""
     import consensuskit as ck
 
     name, M, prior, family = cell
@@ -102,6 +145,8 @@ def run_cell(cell, runs, n_chains=None):
     fits = []
     for r in range(runs):
         kw = {} if n_chains is None else {"n_chains": n_chains}
+        if point_estimate is not None:
+            kw["point_estimate"] = point_estimate
         est = ck.NBCE(prior=prior, random_state=1000 + r, **kw)
         c0 = time.process_time()
         with warnings.catch_warnings(record=True) as caught:
@@ -135,9 +180,9 @@ def run_cell(cell, runs, n_chains=None):
 
 
 def _worker(args):
-    cell, runs, n_chains = args
+    cell, runs, n_chains, point_estimate = args
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
-    return run_cell(tuple(cell), runs, n_chains)
+    return run_cell(tuple(cell), runs, n_chains, point_estimate)
 
 
 def _load(path):
@@ -187,18 +232,29 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--n-chains", type=int, default=None,
                    help="override the default chain count (nothing else)")
+    p.add_argument("--point-estimate", default=None,
+                   help="override NBCE's point_estimate (dahl: no SALSO search after the "
+                        "chains; the draws and diagnostics are the same)")
+    p.add_argument("--breadth", action="store_true",
+                   help="one cell per dataset, settings rotated (breadth_cells)")
+    p.add_argument("--breadth-offset", type=int, default=0)
     p.add_argument("--out", default="nbce_validation.jsonl")
     p.add_argument("--table", action="store_true", help="only print the table of --out")
     a = p.parse_args(argv)
     names = a.datasets or list(datasets.names())
-    cells = [(n, M, pr, f) for n in names for M in a.M for pr in a.prior for f in a.algorithms]
+    if a.breadth:  # settings by position among all datasets; run in --datasets' order
+        plan = {c[0]: c for c in breadth_cells(list(datasets.names()), a.breadth_offset)}
+        cells = [plan[n] for n in names]
+    else:
+        cells = [(n, M, pr, f) for n in names for M in a.M for pr in a.prior
+                 for f in a.algorithms]
     done = {tuple(r["cell"]) for r in _load(a.out)}
     todo = [c for c in cells if c not in done]
     if not a.table and todo:
         from tqdm import tqdm
 
         with ProcessPoolExecutor(max_workers=a.jobs) as pool, open(a.out, "a") as f:
-            jobs = [(c, a.runs, a.n_chains) for c in todo]
+            jobs = [(c, a.runs, a.n_chains, a.point_estimate) for c in todo]
             for row in tqdm(pool.map(_worker, jobs), total=len(todo),
                             desc="NBCE validation cells"):
                 f.write(json.dumps(row) + "\n")

@@ -95,6 +95,30 @@ def test_split_merge_with_a_wrong_acceptance_ratio_fails(prior):
     assert _chi2_pvalue(draws, p) < 1e-6
 
 
+def _scanned_split_merge(error=0.0):
+    """Split-merge with two restricted Gibbs scans after the launch (Jain & Neal 2004) and
+    near pairs half the time, its log ratio off by ``error``."""
+    def move(st):
+        st.split_merge_scans = 2
+        st.split_merge_local_share = 0.5
+        st.split_merge_log_ratio_error = error
+        st.split_merge(20)
+    return move
+
+
+@pytest.mark.parametrize("prior", PRIORS)
+def test_split_merge_with_restricted_scans_keeps_the_posterior(prior):
+    draws, p, _ = _after_move(prior, _scanned_split_merge())
+    assert _chi2_pvalue(draws, p) > 1e-4
+
+
+@pytest.mark.parametrize("prior", PRIORS)
+def test_split_merge_with_restricted_scans_and_a_wrong_ratio_fails(prior):
+    """Control: the same move with its log acceptance ratios off by 1."""
+    draws, p, _ = _after_move(prior, _scanned_split_merge(1.0))
+    assert _chi2_pvalue(draws, p) < 1e-6
+
+
 @pytest.mark.parametrize("prior", PRIORS)
 def test_split_merge_moves_are_accepted(prior):
     """The moves do something: over many proposals both splits and merges are accepted."""
@@ -244,12 +268,14 @@ def test_estimator_reports_moves_and_honours_n_jobs(rng):
     np.testing.assert_array_equal(a.samples_["z"], b.samples_["z"])
     st = a.split_merge_stats_
     assert st["splits_proposed"] + st["merges_proposed"] + \
-        st["splits_without_empty_component"] == 2 * 20 * 100  # chains x sweeps x default
+        st["splits_without_empty_component"] == 2 * a.n_iter_ * 100  # chains x sweeps
+    assert a.thin_ == 5 and a.n_iter_ == 10 + 10 * 5  # default thin of a small ensemble
     assert st["group_moves_changed"] > 0
     assert a.n_slice_kept_ == 0
     off = ck.NBCE(n_split_merge=0, **kw).fit(X)
     assert sum(off.split_merge_stats_.values()) == 0
-    for bad in (dict(n_jobs=0), dict(n_split_merge=-1), dict(n_split_merge="many")):
+    for bad in (dict(n_jobs=0), dict(n_split_merge=-1), dict(n_split_merge="many"),
+                dict(thin=0)):
         with pytest.raises((ValueError, TypeError)):
             ck.NBCE(**bad).fit(X)
 

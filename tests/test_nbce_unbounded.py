@@ -204,6 +204,25 @@ def test_split_merge_with_a_wrong_acceptance_ratio_fails():
     assert _pvalue(wrong) < 1e-6
 
 
+def _scanned_split_merge(error=0.0):
+    def move(st):
+        st.split_merge_scans = 2
+        st.split_merge_local_share = 0.5
+        st.split_merge_log_ratio_error = error
+        st.split_merge(20)
+    return move
+
+
+def test_split_merge_with_restricted_scans_keeps_the_untruncated_posterior():
+    """Jain & Neal's restricted Gibbs scans after a sequential launch, near pairs half the
+    time (the default's split-merge)."""
+    assert _pvalue(_scanned_split_merge()) > 1e-4
+
+
+def test_split_merge_with_restricted_scans_and_a_wrong_ratio_fails():
+    assert _pvalue(_scanned_split_merge(1.0)) < 1e-6
+
+
 @pytest.mark.parametrize("move", ["sweep", "label_swaps"])
 def test_truncated_kernels_fail_the_untruncated_check(move):
     """Control: the same kernels with the tables' last stick set to 1 (a truncation at

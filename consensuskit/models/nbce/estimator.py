@@ -133,9 +133,10 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     inference : {"gibbs", "vb", "cvb"}, default "gibbs"
         Collapsed Gibbs sampling (numba), mean-field VB (FSD only, torch) or
         first-order collapsed VB (torch).
-    n_samples, burn_in, thin, n_chains : int, default 500, 200, 1, 4
-        Gibbs: retained draws per chain, discarded sweeps, thinning, chains (four
-        chains: what split R-hat needs to mean something).
+    n_samples, burn_in, n_chains, thin : int, default 500, 200, 4, None
+        Gibbs: draws kept per chain, sweeps discarded, chains (4 for split R-hat), sweeps
+        per draw (None: 5 down to 1 as N x M grows to 1e5, ``gibbs.chains.default_thin``;
+        the value used is ``thin_``).
     n_split_merge : int or None, default None
         Gibbs: split-merge Metropolis-Hastings proposals per sweep, then (if positive) one
         Gibbs move of every group of identical rows (None: 100 at every N, so a sweep's cost
@@ -235,7 +236,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     lower_bound_, lower_bounds_, n_iter_, converged_
         VB: the ELBO (non-decreasing).  CVB: its first-order approximation
         (monitoring only, not guaranteed monotone).  For Gibbs only ``n_iter_``
-        is set: the number of sweeps per chain, ``burn_in + n_samples * thin``.
+        is set: the number of sweeps per chain, ``burn_in + n_samples * thin_``.
     """
 
     def __init__(
@@ -246,7 +247,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         inference="gibbs",
         n_samples=500,
         burn_in=200,
-        thin=1,
+        thin=None,
         n_chains=4,
         n_split_merge=None,
         point_estimate="vi",
@@ -295,7 +296,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         "inference": OneOf("gibbs", "vb", "cvb"),
         "n_samples": Integer(1),
         "burn_in": Integer(0),
-        "thin": Integer(1),
+        "thin": Integer(1, optional=True),
         "n_chains": Integer(1),
         "n_split_merge": Integer(0, optional=True),
         "point_estimate": OneOf("vi", "binder", "dahl"),
@@ -381,7 +382,8 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
                     if value.ndim >= 2 and key not in ("log_joint_trace", "move_stats"):
                         out[key] = out[key][:, draws]
         self.samples_ = out
-        self.n_iter_ = int(self.burn_in + self.n_samples * self.thin)  # sweeps per chain
+        self.thin_ = int(out["thin"])
+        self.n_iter_ = int(self.burn_in + self.n_samples * self.thin_)  # sweeps per chain
         C, S = out["log_joint"].shape
         Z = out["z"].reshape(C * S, -1)
         self._partition_posterior = None  # partition_posterior_ makes it on first use

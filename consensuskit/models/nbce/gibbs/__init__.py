@@ -64,7 +64,9 @@ truncated priors over *labelled* components and for the untruncated prior:
   empty component chosen uniformly, a merge keeps the second point's component; the
   acceptance ratio has the prior ratio (:func:`_log_prior_nb`), the two groups'
   Dirichlet-multinomial likelihoods, the allocation probability and the number of
-  labels a split may use;
+  labels a split may use; half of the pairs are drawn near each other (a distribution
+  that depends on the data only, so it cancels), and restricted Gibbs scans after the
+  sequential launch (Jain & Neal 2004) are available (``split_merge_scans``, off);
 * Gibbs moves of groups of identical rows (:func:`_block_moves`): a group that sits
   in one component is moved as a whole, from its exact conditional.
 

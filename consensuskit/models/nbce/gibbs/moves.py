@@ -61,6 +61,41 @@ def _block_prior_deltas(cnt, a, a0, code, out, unbounded):
         out[K - 1] -= math.log1p(-a0 / (a0 + a))
 
 
+_RISING_MAX = 8  # groups up to this size: rising products instead of log-gamma differences
+
+
+@numba.njit(**_INNER)
+def _group_loglik_in(idx, r0, k, a, nlk, ckm, beta, Jbeta):
+    """Log Dirichlet-multinomial likelihood of ``a`` copies of row ``r0`` joining
+    component ``k``: the sum over observed columns of ``log Γ(β + N_kl + a) - log Γ(β +
+    N_kl) - log Γ(k_jβ + N_kj + a) + log Γ(k_jβ + N_kj)``.  Up to ``_RISING_MAX`` copies
+    it is the log of the product of ``(β + N_kl + t) / (k_jβ + N_kj + t)``, ``t < a``
+    (each factor at most 1; one logarithm when the product falls below 1e-200),
+    about ten times faster than four log-gammas per column."""
+    if a > _RISING_MAX:
+        v = 0.0
+        for m in range(idx.shape[1]):
+            l = idx[r0, m]
+            if l >= 0:
+                v += (math.lgamma(beta + nlk[l, k] + a) - math.lgamma(beta + nlk[l, k])
+                      - math.lgamma(Jbeta[m] + ckm[m, k] + a)
+                      + math.lgamma(Jbeta[m] + ckm[m, k]))
+        return v
+    logv = 0.0
+    prod = 1.0
+    for m in range(idx.shape[1]):
+        l = idx[r0, m]
+        if l >= 0:
+            nb = beta + nlk[l, k]
+            nj = Jbeta[m] + ckm[m, k]
+            for t in range(a):
+                prod *= (nb + t) / (nj + t)
+            if prod < 1e-200:
+                logv += math.log(prod)
+                prod = 1.0
+    return logv + math.log(prod)
+
+
 @numba.njit(**_ENTRY, nogil=True)
 def _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr, brows,
                  start, n_moves, stats, unbounded):
@@ -113,14 +148,7 @@ def _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr
             if cnt[k] == 0:
                 lw[k] += v_empty
                 continue
-            v = 0.0
-            for m in range(M):
-                l = idx[r0, m]
-                if l >= 0:
-                    v += (math.lgamma(beta + nlk[l, k] + a) - math.lgamma(beta + nlk[l, k])
-                          - math.lgamma(Jbeta[m] + ckm[m, k] + a)
-                          + math.lgamma(Jbeta[m] + ckm[m, k]))
-            lw[k] += v
+            lw[k] += _group_loglik_in(idx, r0, k, a, nlk, ckm, beta, Jbeta)
         mx = lw[0]
         for k in range(1, K):
             if lw[k] > mx:

@@ -90,11 +90,12 @@ def _n_differing(idx, i, n):
 
 
 @numba.njit(**_INNER)
-def _draw_pair(idx, local_share, near):
+def _draw_pair(idx, local_share, near, wbuf):
     """An ordered pair of distinct rows ``(i, j)``: ``i`` uniform; ``j`` uniform, or with
     probability ``local_share`` drawn with weight ``near[d]`` where ``d`` is the number of
     columns in which rows i and j differ (``near`` (M+1,) decreasing).  The weights are a
-    function of the data alone, so a split and its reverse merge propose the pair with
+    function of the data alone (computed once per pair into ``wbuf`` (N,)), so a split
+    and its reverse merge propose the pair with
     the same probability and it cancels from the acceptance ratio; near pairs make
     merges of similar clusters, and splits along their seams, proposed far more often
     than random pairs do when there are many clusters."""
@@ -103,14 +104,15 @@ def _draw_pair(idx, local_share, near):
     if local_share > 0.0 and np.random.random() < local_share:  # noqa: NPY002
         tot = 0.0
         for n in range(N):
-            if n != i:
-                tot += near[_n_differing(idx, i, n)]
+            v = near[_n_differing(idx, i, n)] if n != i else 0.0
+            wbuf[n] = v
+            tot += v
         u = np.random.random() * tot  # noqa: NPY002
         acc = 0.0
         last = -1
         for n in range(N):
             if n != i:
-                acc += near[_n_differing(idx, i, n)]
+                acc += wbuf[n]
                 last = n
                 if u < acc:
                     return i, n
@@ -246,6 +248,65 @@ def _allocate(idx, z, order, ns, i, j, ci, split, gl, gm, size, grp, beta, Jbeta
     return Allocation(logq + math.log(qprod), False)
 
 
+@numba.njit(**_HOT)
+def _remove_row(idx, n, gl, gm):
+    """Take row ``n``'s labels out of one group's counts (the inverse of ``_add_row``)."""
+    for m in range(idx.shape[1]):
+        l = idx[n, m]
+        if l >= 0:
+            gl[l] -= 1
+            gm[m] -= 1
+
+
+@numba.njit(**_INNER)
+def _restricted_scan(idx, z, order, ns, ci, mode, gl, gm, size, grp, beta, Jbeta, logu, base):
+    """One restricted Gibbs scan (Jain & Neal 2004) over ``order[:ns]``: each point is
+    taken out of its group (``grp``) and put back in group 0 or 1 with probability
+    proportional to the group's size times the Dirichlet-multinomial predictive of its
+    labels, as in :func:`_allocate`.  ``mode`` 0: drawn (an intermediate scan); 1: drawn,
+    its log probability summed (a split's final scan); 2: replayed from ``z`` (group 0
+    is ``ci``), its log probability summed, and the merge rejected as soon as
+    ``logu >= base + log q`` (``log q`` only decreases).  Returns :data:`Allocation`."""
+    logq = 0.0
+    for s in range(ns):
+        n = order[s]
+        g_old = grp[s]
+        _remove_row(idx, n, gl[g_old], gm[g_old])
+        size[g_old] -= 1
+        rat, d = _group_ratio(idx, n, gl, gm, beta, Jbeta)
+        lp0, lp1 = _log_two(d + math.log(rat) + math.log(size[1] / size[0]))
+        if mode == 2:
+            g = 0 if z[n] == ci else 1
+        else:
+            g = 0 if np.random.random() < math.exp(lp0) else 1  # noqa: NPY002
+        if mode > 0:
+            logq += lp0 if g == 0 else lp1
+            if mode == 2 and logu >= base + logq:
+                return Allocation(logq, True)
+        grp[s] = g
+        size[g] += 1
+        _add_row(idx, n, gl[g], gm[g])
+    return Allocation(logq, False)
+
+
+@numba.njit(**_INNER)
+def _launch_and_scan(idx, z, order, ns, i, j, ci, split, gl, gm, size, grp, beta, Jbeta,
+                     n_scans, logu, base):
+    """The proposal of a split or the reverse-split probability of a merge with
+    restricted Gibbs scans (Jain & Neal 2004): a *launch* state drawn by sequential
+    allocation (:func:`_allocate`, drawn for a split and for a merge alike, so it
+    depends only on the merged set, ``i`` and ``j``), ``n_scans - 1`` intermediate
+    scans, then a final scan (:func:`_restricted_scan`) whose probability of reaching
+    the proposed split (split) or the current split (merge) is ``q``: the launch is an
+    auxiliary variable drawn the same way in both directions, so ``q`` alone enters the
+    acceptance ratio in place of the sequential allocation's."""
+    _allocate(idx, z, order, ns, i, j, ci, True, gl, gm, size, grp, beta, Jbeta, 0.0, 0.0)
+    for _ in range(n_scans - 1):
+        _restricted_scan(idx, z, order, ns, ci, 0, gl, gm, size, grp, beta, Jbeta, 0.0, 0.0)
+    return _restricted_scan(idx, z, order, ns, ci, 1 if split else 2, gl, gm, size, grp,
+                            beta, Jbeta, logu, base)
+
+
 @numba.njit(**_INNER_ALLOC)
 def _split_proposal(cnt, gl, gm, size, ci, n_new, logq, Jbeta, beta, a0, code, lp_old,
                     unbounded):
@@ -277,16 +338,17 @@ def _move_group(idx, z, i, order, ns, grp, src, dst, cnt, nlk, num, ckm, invden,
 
 @numba.njit(**_INNER_ALLOC)
 def _split_merge_workspace(N, L, M):
-    """members, order, blocks, grp (N-sized), gl (2, L), gm (2, M), size (2,)."""
+    """members, order, blocks, grp (N-sized), gl (2, L), gm (2, M), size (2,), and the
+    near-pair weights (N,)."""
     return (np.empty(N, dtype=np.int64), np.empty(N, dtype=np.int64),
             np.empty(N // _SM_BLOCK + 1, dtype=np.int64), np.empty(N, dtype=np.int64),
             np.zeros((2, L), dtype=np.int64), np.zeros((2, M), dtype=np.int64),
-            np.zeros(2, dtype=np.int64))
+            np.zeros(2, dtype=np.int64), np.empty(N))
 
 
 @numba.njit(**_ENTRY, nogil=True)
 def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_prop, stats,
-                 unbounded, local_share, near, log_ratio_error):
+                 unbounded, local_share, near, log_ratio_error, n_scans):
     """``n_prop`` sequentially-allocated split-merge Metropolis-Hastings moves (Dahl 2003).
 
     Two distinct points ``i``, ``j`` are drawn (:func:`_draw_pair`: uniformly, or near
@@ -308,15 +370,17 @@ def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_pr
     merges, proposed splits, proposed merges and splits with no allowed label.
     ``log_ratio_error`` is added to every split's log acceptance ratio and subtracted
     from every merge's: 0 for the sampler; the tests' negative controls set it to check
-    that a wrong ratio is caught.
+    that a wrong ratio is caught.  ``n_scans`` > 0 replaces the sequential allocation's
+    probability by that of restricted Gibbs scans from a sequentially allocated launch
+    state (:func:`_launch_and_scan`, Jain & Neal 2004); 0: Dahl's sequential allocation.
     """
     N, M = idx.shape
     L, K = nlk.shape
     if N < 2:
         return n_prop
-    members, order, blocks, grp, gl, gm, size = _split_merge_workspace(N, L, M)
+    members, order, blocks, grp, gl, gm, size, wbuf = _split_merge_workspace(N, L, M)
     for p in range(n_prop):
-        i, j = _draw_pair(idx, local_share, near)
+        i, j = _draw_pair(idx, local_share, near, wbuf)
         ci, cj = z[i], z[j]
         split = ci == cj
         n_new = new_label_count(cnt, unbounded) if split else 0
@@ -335,8 +399,12 @@ def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_pr
             if logu >= base:  # rejected whatever log q_alloc (<= 0) is
                 continue
         ns = _allocation_order(z, i, j, ci, cj, members, blocks, order)
-        alloc = _allocate(idx, z, order, ns, i, j, ci, split, gl, gm, size, grp, beta, Jbeta,
-                          logu, base)
+        if n_scans > 0:
+            alloc = _launch_and_scan(idx, z, order, ns, i, j, ci, split, gl, gm, size, grp,
+                                     beta, Jbeta, n_scans, logu, base)
+        else:
+            alloc = _allocate(idx, z, order, ns, i, j, ci, split, gl, gm, size, grp, beta,
+                              Jbeta, logu, base)
         if alloc.rejected:
             continue
         dst = cj

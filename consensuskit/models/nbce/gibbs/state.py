@@ -20,7 +20,9 @@ from consensuskit.models.nbce.priors import get_prior
 __all__ = ["GibbsState", "conditional_probs", "sample_conditional", "gibbs_step"]
 
 #: default share of split-merge proposals whose pair is drawn near each other
-SPLIT_MERGE_LOCAL_SHARE = 0.0
+SPLIT_MERGE_LOCAL_SHARE = 0.5
+#: default restricted Gibbs scans of a split-merge proposal (0: sequential allocation only)
+SPLIT_MERGE_SCANS = 0
 
 
 # ---------------------------------------------------------------------------
@@ -80,6 +82,9 @@ class GibbsState:
         #: by the number of differing columns d: ``exp(-d)``
         self.split_merge_local_share = SPLIT_MERGE_LOCAL_SHARE
         self.near_weights = np.exp(-np.arange(M + 1, dtype=np.float64))
+        #: restricted Gibbs scans after the sequential launch of a split-merge proposal
+        #: (Jain & Neal 2004; :func:`~consensuskit.models.nbce.gibbs.split_merge._launch_and_scan`)
+        self.split_merge_scans = SPLIT_MERGE_SCANS
         #: added to split-merge log acceptance ratios (splits +, merges -): 0.0; set only
         #: by the negative controls of the tests (a sampler that must fail them)
         self.split_merge_log_ratio_error = 0.0
@@ -195,7 +200,8 @@ class GibbsState:
                                  self.invden, self.beta, self.Jbeta, self.alpha0,
                                  self.prior_code, left, self.stats, self.unbounded,
                                  float(self.split_merge_local_share), self.near_weights,
-                                 getattr(self, "split_merge_log_ratio_error", 0.0))
+                                 getattr(self, "split_merge_log_ratio_error", 0.0),
+                                 int(self.split_merge_scans))
             if self.unbounded:
                 self.grow()
 
