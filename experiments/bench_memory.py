@@ -10,6 +10,10 @@ child's CPU and wall seconds.  ``PYTHONPATH`` picks the checkout measured (e.g. 
 the numbers before a change).  One thread (OMP/MKL/NUMBA threads 1).
 
 Fits are short (a few iterations, one restart): memory, not convergence, is measured.
+BCE's default (collapsed Gibbs) runs ``n_sweeps`` on 10,000 rows and then 60 sweeps over
+all rows; ``--final-sweeps S`` (default 60, the estimator's) sets the latter for a run at
+1e7 rows (memory does not depend on it once it is at least 3, so that draws are pooled:
+compare two values at 1e6).  ``--where`` prints where the resident set grew.
 
 Usage::
 
@@ -28,7 +32,7 @@ import time
 
 import numpy as np
 
-CASES = ["input", "from_labels", "bce", "bce_float32", "mm", "nbce"]
+CASES = ["input", "from_labels", "bce", "bce_float32", "mm", "mm_restarts", "nbce"]
 
 
 def labels(n, m, k=10, seed=0, missing=0.05):
@@ -44,12 +48,53 @@ def labels(n, m, k=10, seed=0, missing=0.05):
     return X
 
 
-def run_case(case, n, m):
+class PeakWhere:
+    """Where the resident set grows: a thread polls RSS every ``interval`` s and, each time
+    it passes its previous maximum by ``step`` bytes, records the main thread's innermost
+    project frames (allocations made inside torch, numpy or numba show up at the project
+    line that called them; a peak shorter than the interval can be missed)."""
+
+    def __init__(self, interval=0.002, step=16 * 2**20):
+        import threading
+
+        self.interval, self.step = interval, step
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.records, self.top = [], 0
+        self.main = threading.main_thread().ident
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _rss(self):
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self.page
+
+    def _poll(self):
+        import traceback
+
+        while not self.stop.wait(self.interval):
+            rss = self._rss()
+            if rss > self.top + self.step:
+                self.top = rss
+                frame = sys._current_frames().get(self.main)
+                stack = [f"{os.path.relpath(fs.filename)}:{fs.lineno} {fs.name}"
+                         for fs in traceback.extract_stack(frame)
+                         if "consensuskit" in fs.filename][-4:]
+                self.records.append((rss, stack))
+
+    def report(self):
+        self.stop.set()
+        self.thread.join()
+        return [{"rss": r, "stack": s} for r, s in self.records]
+
+
+def run_case(case, n, m, where=False, final_sweeps=60):
     import torch  # noqa: F401  (every case, "input" included, pays the same imports)
 
     import consensuskit  # noqa: F401
 
     X = labels(n, m)
+    probe = PeakWhere() if where else None
     c0, t0 = time.process_time(), time.perf_counter()
     if case == "from_labels":
         from consensuskit.data.ensemble import Ensemble
@@ -57,13 +102,17 @@ def run_case(case, n, m):
         Ensemble.from_labels(X)
     elif case in ("bce", "bce_float32"):
         from consensuskit import BCE
+        from consensuskit.models.bce.collapsed_gibbs import CollapsedGibbsEM
 
+        CollapsedGibbsEM.__init__.__kwdefaults__["final_sweeps"] = final_sweeps
         BCE(n_clusters=4, max_iter=3, n_init=1, init="random", n_perplexity_samples=10,
             dtype="float32" if case == "bce_float32" else "float64", random_state=0).fit(X)
-    elif case == "mm":
+    elif case in ("mm", "mm_restarts"):
         from consensuskit import MM
 
-        MM(n_clusters=4, max_iter=3, n_init=1, random_state=0).fit(X)
+        # mm_restarts: the default 5 restarts (the best one's results kept across them)
+        MM(n_clusters=4, max_iter=3, n_init=5 if case == "mm_restarts" else 1,
+           random_state=0).fit(X)
     elif case == "nbce":
         from consensuskit import NBCE
 
@@ -72,6 +121,10 @@ def run_case(case, n, m):
         raise SystemExit(f"unknown case {case}")
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if probe is not None:
+        for r in probe.report():
+            print(f"  {r['rss'] / 2**30:7.3f} GiB  " + " <- ".join(reversed(r["stack"])),
+                  file=sys.stderr)
     print(json.dumps({"case": case, "peak": peak, "cpu": cpu, "wall": wall}))
 
 
@@ -80,26 +133,34 @@ def main():
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--m", type=int, default=20)
     ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--where", action="store_true",
+                    help="print, per case, the project lines at which the resident set grew")
+    ap.add_argument("--final-sweeps", type=int, default=60)
     ap.add_argument("--case", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.case:
-        run_case(args.case, args.n, args.m)
+        run_case(args.case, args.n, args.m, where=args.where, final_sweeps=args.final_sweeps)
         return
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", NUMBA_NUM_THREADS="1",
                OPENBLAS_NUM_THREADS="1")
     n_lab = args.n * args.m
     print(f"N={args.n:,} x M={args.m}: {n_lab:,} labels (int8 input "
-          f"{n_lab / 2**30:.3f} GiB); peak RSS of a fresh process per case, input included")
+          f"{n_lab / 2**30:.3f} GiB); peak RSS of a fresh process per case, input included; "
+          f"BCE final sweeps {args.final_sweeps}")
     print(f"{'case':14s} {'peak GiB':>9s} {'B/label':>8s} {'above input':>12s} "
           f"{'CPU s':>7s} {'wall s':>7s}")
     base = None
     for case in args.cases.split(","):
         proc = subprocess.run([sys.executable, __file__, "--case", case, "--n", str(args.n),
-                               "--m", str(args.m)], env=env, capture_output=True, text=True)
+                               "--m", str(args.m), "--final-sweeps", str(args.final_sweeps)]
+                              + (["--where"] if args.where else []),
+                              env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"{case:14s} failed: {proc.stderr.strip().splitlines()[-1:]}")
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
+        if args.where:
+            print("\n".join(ln for ln in proc.stderr.splitlines() if ln.startswith("  ")))
         if case == "input":
             base = r["peak"]
         above = "" if base is None else f"{(r['peak'] - base) / n_lab:.1f}"

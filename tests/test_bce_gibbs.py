@@ -137,7 +137,7 @@ def test_sweep_samples_the_collapsed_posterior(wrong):
     n_draws = 40000
     seen = np.zeros(len(states))
     for t in range(n_draws):
-        gk.sweep(codes, z, nrow, clab, ccol, alpha, 3.0 if wrong else eta,
+        gk.sweep(local, offsets, z, nrow, clab, ccol, alpha, 3.0 if wrong else eta,
                  kj.astype(float), t + 1)
         seen[index[tuple(z[obs[:, 0], obs[:, 1]])]] += 1
     # chi-square on the visit counts; successive sweeps are correlated, so the statistic
@@ -241,3 +241,23 @@ def test_perplexity_se_is_calibrated():
     half = 3 / np.sqrt(2 * (zs.size - 1))
     assert abs(zs.std(ddof=1) - 1) < half
     assert np.abs(zs).max() < 5
+
+
+def test_bound_by_row_blocks_equals_one_pass():
+    """``bound_at`` on an Ensemble, scored a block of rows at a time (how the collapsed
+    sampler's fit reports its bound without laying out every label), equals the one-pass
+    bound on the LabelData to rounding, with missing labels and a ragged last block."""
+    from consensuskit import BCE
+
+    rng = np.random.default_rng(5)
+    X = rng.integers(4, size=(2500, 6))
+    X[rng.random(X.shape) < 0.1] = -1
+    X[:, 0] = rng.integers(4, size=2500)
+    ens = Ensemble.from_labels(X)
+    m = BCE(n_clusters=3, n_sweeps=20, n_init=1, random_state=0).fit(ens)
+    gamma = torch.tensor(m.gamma_.T).contiguous() * 1.1  # off the fitted state on purpose
+    one = cavi.bound_at(m._alpha_t, m._beta_t, gamma, ens.label_data())
+    blocks = cavi.bound_at(m._alpha_t, m._beta_t, gamma, ens, block_rows=700)
+    assert blocks == pytest.approx(one, rel=1e-12)
+    assert blocks != pytest.approx(cavi.bound_at(m._alpha_t, m._beta_t, gamma * 1.1, ens),
+                                   rel=1e-6)

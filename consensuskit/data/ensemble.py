@@ -336,16 +336,21 @@ class Ensemble:
         """Size of the concatenated one-hot vocabulary, ``sum_j k_j``."""
         return int(self.n_labels.sum())
 
-    def offset_index(self) -> np.ndarray:
+    def offset_index(self, dtype=np.int64, order="F") -> np.ndarray:
         """``(n_samples, n_partitions)`` global one-hot index, ``-1`` where missing.
 
         This is the KCC paper's ``binIDX``: O(N*M) memory instead of the
-        ``N x sum_j k_j`` binary matrix.
+        ``N x sum_j k_j`` binary matrix.  ``dtype`` (a signed integer type that holds
+        ``sum_j k_j``) and ``order`` ("F" or "C") of the result, built directly in them
+        (the NBCE sampler reads int32 rows: no int64 copy on the way).
         """
-        out = np.empty(self.codes.shape, dtype=np.int64, order="F")
+        dtype = np.dtype(dtype)
+        if dtype.kind != "i" or self.n_total_labels > np.iinfo(dtype).max:
+            raise ValueError(f"offset_index: {dtype} cannot hold {self.n_total_labels} labels")
+        out = np.empty(self.codes.shape, dtype=dtype, order=order)
         for j, off in enumerate(self.offsets[:-1]):  # a column at a time: no temporaries
             col = self.codes[:, j]
-            np.add(col, np.int64(off), out=out[:, j])  # int64 arithmetic
+            np.add(col, np.int64(off), out=out[:, j], casting="unsafe")  # int64 arithmetic
             out[col < 0, j] = MISSING
         return out
 

@@ -24,6 +24,7 @@ an N x N matrix.
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -68,6 +69,18 @@ class SearchInfo:
     sequential_init: np.ndarray = field(repr=False)
     best_run: int = 0
     seeds: np.ndarray = field(default=None, repr=False)
+
+
+def _precedes(loss, r, b) -> bool:
+    """Whether run ``r`` comes before run ``b`` (-1: none yet) in ``np.argmin(loss)``'s
+    choice: the least loss, the earlier run on ties, the first NaN before any number."""
+    if b < 0:
+        return True
+    if np.isnan(loss[b]):
+        return bool(np.isnan(loss[r]) and r < b)
+    if np.isnan(loss[r]):
+        return True
+    return bool(loss[r] < loss[b] or (loss[r] == loss[b] and r < b))
 
 
 def _check_int(v, name, minimum):
@@ -132,7 +145,16 @@ def salso_search(lab, k, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_s
     else:
         seeds = rng.randint(0, 2**31 - 1, size=n_runs)
     ftab, fd = f_table(code, N)
-    zs = np.zeros((n_runs, N), dtype=np.int32)
+    if n_jobs is None:
+        n_jobs = min(n_runs, os.cpu_count() or 1)
+    n_jobs = _check_int(n_jobs, "n_jobs", 1)
+    workers = 1 if n_runs == 1 else min(n_jobs, n_runs)
+    # one partition buffer per worker and the best so far, not one per run (16 runs at
+    # N = 1e7 held 640 MB); the best is the first run of least loss, as argmin picks
+    free = [np.zeros(N, dtype=np.int32) for _ in range(workers)]
+    best_z = np.zeros(N, dtype=np.int32)
+    best_run = [-1]
+    lock = threading.Lock()
     infos = np.zeros((n_runs, 5))
     lab = np.ascontiguousarray(lab)
 
@@ -143,25 +165,30 @@ def salso_search(lab, k, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_s
 
     def one(r):
         cm = np.empty((S, L, maxk), dtype=cm_dtype)
+        with lock:
+            z = free.pop()
+        z[:] = 0
         _k.salso_run(lab, L, code, a, ftab, fd, fdo, Dfull, maxk, max_scans, max_zealous, p,
-                     bool(sweeten), int(seeds[r]), cm, zs[r], infos[r])
+                     bool(sweeten), int(seeds[r]), cm, z, infos[r])
+        with lock:
+            if _precedes(infos[:, 0], r, best_run[0]):
+                best_z[:] = z
+                best_run[0] = r
+            free.append(z)
         if progress:
             print(f"salso run {r + 1}/{n_runs}: expected {name} loss {infos[r, 0]:.6g}, "
                   f"{int(infos[r, 1])} scans", flush=True)
 
-    if n_jobs is None:
-        n_jobs = min(n_runs, os.cpu_count() or 1)
-    n_jobs = _check_int(n_jobs, "n_jobs", 1)
-    if n_jobs == 1 or n_runs == 1:
+    if workers == 1:
         for r in range(n_runs):
             one(r)
     else:
-        with ThreadPoolExecutor(max_workers=min(n_jobs, n_runs)) as ex:
+        with ThreadPoolExecutor(max_workers=workers) as ex:
             list(ex.map(one, range(n_runs)))
-    best = int(np.argmin(infos[:, 0]))
-    _, first = np.unique(zs[best], return_index=True)
+    best = best_run[0]
+    _, first = np.unique(best_z, return_index=True)
     order = np.argsort(np.argsort(first))  # labels numbered by first appearance
-    labels = order[np.unique(zs[best], return_inverse=True)[1].ravel()].astype(np.int64)
+    labels = order[np.unique(best_z, return_inverse=True)[1].ravel()].astype(np.int64)
     info = SearchInfo(
         loss=name, a=a, expected_loss=float(infos[best, 0]),
         n_clusters=int(labels.max()) + 1, max_n_clusters=maxk,

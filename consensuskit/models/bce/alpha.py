@@ -42,7 +42,7 @@ import math
 import numpy as np
 import torch
 
-from consensuskit.data.ensemble import LabelData
+from consensuskit.data.ensemble import Ensemble, LabelData
 from consensuskit.inference.pointwise import logmeanexp_rows
 
 __all__ = ["sequential_log_weights", "log_marginal", "refine_iw", "choose_start",
@@ -490,10 +490,19 @@ def selection_log_marginal(alpha, beta, data, *, seed: int, max_rows: int = 1000
     :func:`mixture_log_weights` with ``n_samples`` particles (the chains it compares
     differ by tens of nats or more when they found different modes; a few particles
     suffice and keep the comparison cheap beside the sampler).
+
+    ``data``: a :class:`LabelData`, or an :class:`~consensuskit.data.ensemble.Ensemble`,
+    of which only the chosen rows are laid out (the same rows and numbers either way).
     """
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
-    if data.n_rows > max_rows:
-        pick = torch.randperm(data.n_rows, generator=gen)[:max_rows].sort().values
+    n_rows = data.n_samples if isinstance(data, Ensemble) else data.n_rows
+    pick = None
+    if n_rows > max_rows:
+        pick = torch.randperm(n_rows, generator=gen)[:max_rows].sort().values
+    if isinstance(data, Ensemble):
+        data = (data if pick is None else data.subset(pick.numpy())).label_data(
+            "cpu", torch.float64)
+    elif pick is not None:
         data = _subset_rows(data, pick.to(data.idx.device))
     data = _to_cpu64(data)
     ll, _ = row_log_marginals(alpha.detach().double().cpu(), beta.detach().double().cpu(),

@@ -359,15 +359,38 @@ def lower_bound(alpha, beta, gamma, phi_sum, stats, phi_log_phi, *, smoothing: f
     return val
 
 
-def bound_at(alpha, beta, gamma, data, *, smoothing: float = 0.0) -> float:
+def bound_at(alpha, beta, gamma, data, *, smoothing: float = 0.0,
+             block_rows: int = 16384) -> float:
     """:func:`lower_bound` at ``gamma`` (K, N) with ``phi`` from eq. 5 at that ``gamma``.
 
     The state a fitted estimator reports: anyone holding ``alpha``, ``beta`` and
     ``gamma`` can rebuild ``phi`` and recompute the bound independently.
+
+    ``data``: a :class:`LabelData`, or an :class:`~consensuskit.data.ensemble.Ensemble`
+    whose rows are then laid out and scored ``block_rows`` at a time (every term of the
+    bound is a sum over rows), so that the collapsed sampler's fit, which reads the
+    ensemble's codes, never holds the labels as LabelData (16 bytes per label at
+    float64) nor (K, N) temporaries; the sums then differ from one block's only by
+    rounding.
     """
-    out = e_step(alpha, beta, data, gamma, 1)
-    return lower_bound(alpha, beta, gamma, out.phi_sum, out.stats, out.phi_log_phi,
-                       smoothing=smoothing)
+    if isinstance(data, LabelData):
+        out = e_step(alpha, beta, data, gamma, 1)
+        return lower_bound(alpha, beta, gamma, out.phi_sum, out.stats, out.phi_log_phi,
+                           smoothing=smoothing)
+    N = data.n_samples
+    stats, plogp, suff, cross, lgam = 0, 0.0, 0, 0.0, 0.0
+    for start in range(0, N, block_rows):
+        rows = slice(start, min(N, start + block_rows))
+        block = LabelData.build(data.subset(rows), gamma.device, gamma.dtype)
+        g = gamma[:, rows]
+        out = e_step(alpha, beta, block, g, 1)
+        t = row_terms(g, out.phi_sum)
+        stats = stats + out.stats
+        plogp += float(out.phi_log_phi)
+        suff, cross, lgam = suff + t.suff, cross + t.cross, lgam + t.lgamma
+    terms = RowTerms(suff=suff, cross=cross, lgamma=lgam, n_rows=N)
+    return lower_bound(alpha, beta, None, None, stats, plogp, smoothing=smoothing,
+                       terms=terms)
 
 
 def phi_log_phi(phi) -> float:

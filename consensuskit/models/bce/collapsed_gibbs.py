@@ -66,7 +66,7 @@ from consensuskit.inference.driver import Engine
 from consensuskit.models.bce import gibbs_kernels
 
 __all__ = ["GibbsResult", "CollapsedGibbsEM", "FeatureColumns", "minka_alpha", "minka_eta",
-           "ALPHA_RANGE", "ETA_RANGE"]
+           "smallest_int", "ALPHA_RANGE", "ETA_RANGE"]
 
 #: alpha_h is kept in this range; a fixed point that leaves it is clipped and counted
 #: (``GibbsResult.n_alpha_clipped``): below, a cluster that lost every label; above, a
@@ -74,6 +74,14 @@ __all__ = ["GibbsResult", "CollapsedGibbsEM", "FeatureColumns", "minka_alpha", "
 ALPHA_RANGE = (1e-6, 1e4)
 #: eta likewise (below: columns whose labels are split perfectly by the clusters)
 ETA_RANGE = (1e-4, 1e4)
+
+
+def smallest_int(top: int) -> np.dtype:
+    """The smallest signed integer type holding ``-1..top`` (assignments, counts)."""
+    for t in (np.int8, np.int16, np.int32):
+        if top <= np.iinfo(t).max:
+            return np.dtype(t)
+    return np.dtype(np.int64)
 
 
 def minka_alpha(hist, v_hist, alpha, *, n_iter: int = 100, rtol: float = 1e-6):
@@ -242,11 +250,20 @@ class CollapsedGibbsEM(Engine):
     found the chain's mode (the starts differ by which labels each cluster takes), not yet
     refined it.
 
+    Memory: the labels are read in place (``codes``, the ensemble's int8 codes); the
+    assignments ``z`` (N, M) and row counts ``n_i`` (N, K) are kept in the smallest
+    integer types that hold ``K - 1`` and the most labels of a row, and the pooled row
+    counts in the smallest that holds their sum over the sweeps; ``gamma`` is filled a
+    block of rows at a time.  At K, M < 128 that is 1 + K / M bytes per label for the
+    chain plus 2 K / M for the pooled counts (``experiments/bench_memory.py``).
+
     Parameters
     ----------
-    codes : ndarray (N, M) int
-        Global label indices (``offsets[j] + r``), -1 where missing.
+    codes : ndarray (N, M) signed int
+        Label codes per column (:attr:`~consensuskit.data.ensemble.Ensemble.codes`: ``r``
+        in ``0..k_j-1``), -1 where missing; not copied when already a signed integer array.
     offsets : ndarray (M + 1,)
+        Column ``j``'s labels are the global labels ``offsets[j] + r``.
     n_clusters : int
     init_beta : callable(rng) -> ndarray (K, L)
         The starting label distributions of a chain.
@@ -281,7 +298,10 @@ class CollapsedGibbsEM(Engine):
                  n_chains: int = 1, audition=None, score=None, features=None,
                  max_rows=10_000, final_sweeps: int = 60, alpha0: float = 1.0,
                  eta0: float = 0.5, dtype=torch.float64, device="cpu"):
-        self.codes = np.ascontiguousarray(codes, dtype=np.int32)
+        codes = np.asarray(codes)
+        if codes.dtype.kind != "i":
+            raise ValueError(f"codes must be signed integers; got {codes.dtype}")
+        self.codes = codes
         self.offsets = np.asarray(offsets, dtype=np.int64)
         self.K = int(n_clusters)
         self.init_beta = init_beta
@@ -304,11 +324,18 @@ class CollapsedGibbsEM(Engine):
         self.final_sweeps = int(final_sweeps) if self.subsample else 0
         self.total_sweeps = self.n_sweeps + self.final_sweeps
         self._subset_codes = {}
-        self.V = (self.codes >= 0).sum(1)
+        self.V = np.zeros(N, dtype=np.int32)
+        for j in range(M):  # a column at a time: no (N, M) temporary
+            self.V += self.codes[:, j] >= 0
         if features is not None:
             self.V = self.V + features.observed.sum(1)
         self.max_count = int(M + (0 if features is None else features.values.shape[1]))
         self.v_hist = np.bincount(self.V, minlength=self.max_count + 1).astype(np.float64)
+        # the smallest types that hold an assignment, a row count, and a row count summed
+        # over every pooled sweep (integer sums: the mean is the same as a float64 sum's)
+        self.z_dtype = smallest_int(self.K - 1)
+        self.count_dtype = smallest_int(self.max_count)
+        self.sum_dtype = smallest_int(self.max_count * self.total_sweeps)
 
     # ---------------------------------------------------------------- protocol
     def init(self, rng, run: int = 0):
@@ -361,11 +388,10 @@ class CollapsedGibbsEM(Engine):
         chain = state.chains[0]
         if chain.rows is not None:  # stopped on the subset: give every row its draw
             self._add_other_rows(chain, seed=chain.sweep)
-        alpha, beta, nrow, extra = self._estimate(chain)
+        alpha, beta, extra = self._estimate(chain)
         return GibbsResult(alpha=alpha, beta=beta, **extra,
                            n_variance_floored=chain.n_variance_floored,
-                           gamma=torch.as_tensor(np.ascontiguousarray((nrow + chain.alpha).T),
-                                                 dtype=self.dtype, device=self.device),
+                           gamma=self._gamma(chain),
                            eta=float(chain.eta), n_pooled=int(chain.n_pooled),
                            n_alpha_clipped=chain.n_alpha_clipped,
                            n_eta_clipped=chain.n_eta_clipped,
@@ -397,13 +423,13 @@ class CollapsedGibbsEM(Engine):
         N, M = codes.shape
         L = int(self.offsets[-1])
         beta0 = np.asarray(self.init_beta(rng), dtype=np.float64).reshape(self.K, L)
-        z = np.empty((N, M), dtype=np.int32)
-        nrow = np.zeros((N, self.K), dtype=np.int32)
+        z = np.empty((N, M), dtype=self.z_dtype)
+        nrow = np.zeros((N, self.K), dtype=self.count_dtype)
         clab = np.zeros((L, self.K), dtype=np.int32)
         ccol = np.zeros((M, self.K), dtype=np.int32)
         log_beta = np.ascontiguousarray(np.log(np.maximum(beta0, 1e-300)).T)
-        gibbs_kernels.initial_assignments(codes, log_beta, 0.5, rng.randint(2**31 - 1),
-                                          z, nrow, clab, ccol)
+        gibbs_kernels.initial_assignments(codes, self.offsets, log_beta, 0.5,
+                                          rng.randint(2**31 - 1), z, nrow, clab, ccol)
         chain = ChainState(z=z, nrow=nrow, clab=clab, ccol=ccol,
                            alpha=np.full(self.K, self.alpha0), eta=self.eta0, rows=rows)
         if self.features is not None:
@@ -428,8 +454,9 @@ class CollapsedGibbsEM(Engine):
     def _step_chain(self, chain: ChainState, rng):
         if chain.sweep >= self.n_sweeps:  # the final sweeps over all rows (max_rows)
             return self._final_step(chain, rng)
-        gibbs_kernels.sweep(self._codes(chain), chain.z, chain.nrow, chain.clab, chain.ccol,
-                            chain.alpha, chain.eta, self.n_labels, rng.randint(2**31 - 1))
+        gibbs_kernels.sweep(self._codes(chain), self.offsets, chain.z, chain.nrow, chain.clab,
+                            chain.ccol, chain.alpha, chain.eta, self.n_labels,
+                            rng.randint(2**31 - 1))
         if self.features is not None:
             self._feature_sweep(chain, rng)
             stats = np.stack(self.features.statistics(chain.zf, self.K))
@@ -446,7 +473,7 @@ class CollapsedGibbsEM(Engine):
             if chain.hist_sum is None:
                 chain.hist_sum = np.zeros_like(hist)
                 chain.clab_sum = np.zeros(chain.clab.shape)
-                chain.nrow_sum = np.zeros(chain.nrow.shape)
+                chain.nrow_sum = np.zeros(chain.nrow.shape, dtype=self.sum_dtype)
             chain.hist_sum += hist
             chain.clab_sum += chain.clab
             chain.nrow_sum += chain.nrow
@@ -472,13 +499,13 @@ class CollapsedGibbsEM(Engine):
         last two thirds of ``final_sweeps``."""
         if chain.rows is not None:
             self._add_other_rows(chain, rng.randint(2**31 - 1))
-        gibbs_kernels.sweep(self.codes, chain.z, chain.nrow, chain.clab, chain.ccol,
+        gibbs_kernels.sweep(self.codes, self.offsets, chain.z, chain.nrow, chain.clab, chain.ccol,
                             chain.alpha, chain.eta, self.n_labels, rng.randint(2**31 - 1))
         chain.sweep += 1
         if chain.sweep > self.n_sweeps + self.final_sweeps // 3:
             if chain.clab_sum is None:
                 chain.clab_sum = np.zeros(chain.clab.shape)
-                chain.nrow_sum = np.zeros(chain.nrow.shape)
+                chain.nrow_sum = np.zeros(chain.nrow.shape, dtype=self.sum_dtype)
             chain.clab_sum += chain.clab
             chain.nrow_sum += chain.nrow
             chain.n_pooled += 1
@@ -487,12 +514,14 @@ class CollapsedGibbsEM(Engine):
         """Extend a chain on a row subset to every row (their first draws conditional on
         the subset's counts); the pooled draws restart."""
         N, M = self.codes.shape
-        z = np.full((N, M), -1, dtype=np.int32)
-        nrow = np.zeros((N, self.K), dtype=np.int32)
+        z = np.full((N, M), -1, dtype=self.z_dtype)
+        nrow = np.zeros((N, self.K), dtype=self.count_dtype)
         z[chain.rows], nrow[chain.rows] = chain.z, chain.nrow
-        rest = np.setdiff1d(np.arange(N), chain.rows).astype(np.int64)
-        gibbs_kernels.add_rows(self.codes, rest, z, nrow, chain.clab, chain.ccol, chain.alpha,
-                               chain.eta, self.n_labels, seed)
+        rest = np.ones(N, dtype=bool)
+        rest[chain.rows] = False
+        rest = np.flatnonzero(rest)
+        gibbs_kernels.add_rows(self.codes, self.offsets, rest, z, nrow, chain.clab, chain.ccol,
+                               chain.alpha, chain.eta, self.n_labels, seed)
         chain.z, chain.nrow, chain.rows = z, nrow, None
         chain.n_pooled, chain.clab_sum, chain.nrow_sum = 0, None, None
 
@@ -502,17 +531,31 @@ class CollapsedGibbsEM(Engine):
                                     chain.sigma2, chain.alpha, rng.randint(2**31 - 1))
 
     def _score(self, chain: ChainState) -> float:
-        alpha, beta, _, extra = self._estimate(chain)
+        alpha, beta, extra = self._estimate(chain)
         return float(self.score(alpha, beta, *extra.values()))
 
+    def _gamma(self, chain: ChainState, block_rows: int = 65536):
+        """``alpha + mean n_i`` as a (K, N) tensor of the engine's dtype, filled a block of
+        rows at a time (no (N, K) float64 temporaries): the pooled draws' mean, or the
+        current draw before the pooled half."""
+        N = chain.nrow.shape[0]
+        out = np.empty((self.K, N), dtype=torch.empty(0, dtype=self.dtype).numpy().dtype)
+        for start in range(0, N, block_rows):
+            rows = slice(start, min(N, start + block_rows))
+            if chain.n_pooled:
+                mean = chain.nrow_sum[rows] / chain.n_pooled
+            else:
+                mean = chain.nrow[rows].astype(np.float64)
+            out[:, rows] = (mean + chain.alpha).T
+        return torch.as_tensor(out, device=self.device)
+
     def _estimate(self, chain: ChainState):
-        """``(alpha, beta (K, L)`` tensors, mean ``n_i`` (N, K), ``{"mu", "sigma2"}`` with
-        features) of a chain: pooled draws, or the current one before the pooled half."""
+        """``(alpha, beta (K, L)`` tensors, ``{"mu", "sigma2"}`` with features) of a chain:
+        pooled draws, or the current one before the pooled half."""
         if chain.n_pooled:
             clab = chain.clab_sum / chain.n_pooled
-            nrow = chain.nrow_sum / chain.n_pooled
         else:
-            clab, nrow = chain.clab.astype(np.float64), chain.nrow.astype(np.float64)
+            clab = chain.clab.astype(np.float64)
         ccol = self._column_totals(clab)
         e = chain.eta
         beta = (clab + e) / (ccol[self.label_column]
@@ -523,7 +566,7 @@ class CollapsedGibbsEM(Engine):
             extra = {"mu": torch.as_tensor(chain.mu.copy(), **t),
                      "sigma2": torch.as_tensor(chain.sigma2.copy(), **t)}
         return (torch.as_tensor(chain.alpha.copy(), **t),
-                torch.as_tensor(np.ascontiguousarray(beta.T), **t), nrow, extra)
+                torch.as_tensor(np.ascontiguousarray(beta.T), **t), extra)
 
     def _column_totals(self, clab):
         """``c_jh = sum_{r in column j} c_rh`` -> (M, K)."""

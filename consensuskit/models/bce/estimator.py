@@ -14,8 +14,10 @@ from consensuskit.base import (
     ConsensusEstimator,
     GenerativeMixin,
     check_n_clusters,
+    normalised_rows,
     resolve_device,
     resolve_dtype,
+    row_argmax,
     torch_generator,
 )
 from consensuskit.data.ensemble import Ensemble
@@ -314,9 +316,10 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         self.alpha_ = self._alpha_t.cpu().numpy().astype(np.float64)
         self.beta_ = [b.cpu().numpy().astype(np.float64)
                       for b in cavi.unpack_beta(self._beta_t, ensemble.offsets)]
-        self.gamma_ = state.gamma.T.cpu().numpy().astype(np.float64)
-        self.membership_ = self.gamma_ / self.gamma_.sum(1, keepdims=True)
-        self.labels_ = self.gamma_.argmax(1)
+        # a view of the state's (K, N) gamma when it is float64 on the CPU (no copy)
+        self.gamma_ = np.asarray(state.gamma.detach().T.cpu().numpy(), dtype=np.float64)
+        self.membership_ = normalised_rows(self.gamma_)
+        self.labels_ = row_argmax(self.gamma_)
         self.lower_bounds_ = [float(v) for v in run.objectives]
         self.lower_bound_ = self.lower_bounds_[-1]
         self.n_iter_ = int(run.n_iter)
@@ -358,13 +361,15 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         if self.inference == "nuts":
             return self._fit_nuts(ensemble)
         rs = check_random_state(self.random_state)
-        data = ensemble.label_data(dev, dtype)
         self.alpha_estimate_ = self._alpha_estimate()
+        # the collapsed sampler reads ensemble.codes; the variational engines read the
+        # labels laid out as LabelData (16 bytes per label at float64)
+        data = None if self.alpha_estimate_ == "gibbs" else ensemble.label_data(dev, dtype)
         self.eta_, self.log_marginal_, self.chain_log_marginals_ = None, None, []
         self.kept_chain_ = None
         self.n_alpha_clipped_ = 0
         if self.alpha_estimate_ == "gibbs":
-            fit = self._fit_gibbs(ensemble, data, K, rs, resume)
+            fit = self._fit_gibbs(ensemble, K, rs, resume)
         elif self.inference == "cavi":
             fit = self._drive(self._engine(ensemble, data, K), ensemble, rs, resume)
         else:
@@ -379,11 +384,12 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         if self.alpha_estimate_ == "iw":
             self._refine_iw(ensemble, data, K, fit.best.params, rs)
         state = self.set_fitted_state(ensemble, fit)
-        self.lower_bound_ = cavi.bound_at(state.alpha, state.beta, state.gamma, data,
+        self.lower_bound_ = cavi.bound_at(state.alpha, state.beta, state.gamma,
+                                          ensemble if data is None else data,
                                           smoothing=self.smoothing)
         return self
 
-    def _fit_gibbs(self, ensemble, data, K, rs, resume, features=None, score=None,
+    def _fit_gibbs(self, ensemble, K, rs, resume, features=None, score=None,
                    digest=""):
         """``alpha_estimate="gibbs"``: :class:`~consensuskit.models.bce.collapsed_gibbs.
         CollapsedGibbsEM` with ``n_init`` chains auditioned by
@@ -397,11 +403,11 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         seed = int(rs.randint(2**31 - 1))
         if score is None:
             def score(alpha, beta):
-                return bce_alpha.selection_log_marginal(alpha, beta, data, seed=seed)
+                return bce_alpha.selection_log_marginal(alpha, beta, ensemble, seed=seed)
         else:
             score = score(seed)
 
-        engine = CollapsedGibbsEM(ensemble.offset_index(), ensemble.offsets, K,
+        engine = CollapsedGibbsEM(ensemble.codes, ensemble.offsets, K,
                                   lambda rng: self.initial_beta(ensemble, K, rng),
                                   n_sweeps=self.n_sweeps, n_chains=self.n_init, score=score,
                                   features=features, dtype=self._dtype, device=self._device)

@@ -11,15 +11,19 @@ Dirichlet(eta)``, symmetric), the conditional of one assignment given all others
 global label index ``offsets[j] + r``) assigned to ``h``; ``c_jh`` all labels of column
 ``j`` assigned to ``h``; ``-`` means without ``z_ij`` itself.
 
-State arrays (int32 counts, updated in place):
+Arrays (counts updated in place; any signed integer type that holds their values, so
+that a fit at 1e7 rows keeps the labels, assignments and row counts in int8 where K and M
+allow):
 
-=========  ========  ===================================================
-``codes``  (N, M)    global label index, -1 where missing
-``z``      (N, M)    assignments, -1 where missing
-``nrow``   (N, K)    ``n_ih``
-``clab``   (L, K)    ``c_{r,h}``
-``ccol``   (M, K)    ``c_jh``
-=========  ========  ===================================================
+===========  ========  ===================================================
+``codes``    (N, M)    label code ``r`` within column ``j``, -1 where missing
+                       (:attr:`consensuskit.data.ensemble.Ensemble.codes`, read in place)
+``offsets``  (M + 1,)  start of column ``j``'s labels: global label ``offsets[j] + r``
+``z``        (N, M)    assignments, -1 where missing
+``nrow``     (N, K)    ``n_ih``
+``clab``     (L, K)    ``c_{r,h}`` (int32)
+``ccol``     (M, K)    ``c_jh`` (int32)
+===========  ========  ===================================================
 
 Every kernel seeds numba's generator from its ``seed`` argument, so a call is a
 deterministic function of its inputs (callers draw the seed from their own
@@ -47,7 +51,7 @@ def draw_cumulative(p, tot):
 
 
 @njit(cache=True)
-def initial_assignments(codes, log_beta, mix, seed, z, nrow, clab, ccol):
+def initial_assignments(codes, offsets, log_beta, mix, seed, z, nrow, clab, ccol):
     """Draw a first ``z``: ``z_ij ∝ beta0(x_ij, h) q_ih``, ``q_i`` the row's mixture posterior.
 
     ``q_ih ∝ prod_j beta0(x_ij, h)`` (uniform weights), mixed with the uniform
@@ -69,6 +73,7 @@ def initial_assignments(codes, log_beta, mix, seed, z, nrow, clab, ccol):
         for j in range(M):
             x = codes[i, j]
             if x >= 0:
+                x += offsets[j]
                 for h in range(K):
                     q[h] += log_beta[x, h]
         top = q.max()
@@ -83,6 +88,7 @@ def initial_assignments(codes, log_beta, mix, seed, z, nrow, clab, ccol):
             if x < 0:
                 z[i, j] = -1
                 continue
+            x += offsets[j]
             tot = 0.0
             for h in range(K):
                 tot += q[h] * np.exp(log_beta[x, h])
@@ -95,7 +101,7 @@ def initial_assignments(codes, log_beta, mix, seed, z, nrow, clab, ccol):
 
 
 @njit(cache=True)
-def sweep(codes, z, nrow, clab, ccol, alpha, eta, n_labels, seed):
+def sweep(codes, offsets, z, nrow, clab, ccol, alpha, eta, n_labels, seed):
     """One systematic-scan sweep of the collapsed conditionals (module docstring).
 
     ``alpha`` (K,), ``eta`` float, ``n_labels`` (M,) float64 (``k_j``).  Updates the
@@ -114,6 +120,7 @@ def sweep(codes, z, nrow, clab, ccol, alpha, eta, n_labels, seed):
             x = codes[i, j]
             if x < 0:
                 continue
+            x += offsets[j]
             h = z[i, j]
             nrow[i, h] -= 1
             clab[x, h] -= 1
@@ -179,7 +186,7 @@ def feature_sweep(values, observed, zf, nrow, mu, sigma2, alpha, seed):
 
 
 @njit(cache=True)
-def add_rows(codes, rows, z, nrow, clab, ccol, alpha, eta, n_labels, seed):
+def add_rows(codes, offsets, rows, z, nrow, clab, ccol, alpha, eta, n_labels, seed):
     """Give rows ``rows`` (int64 indices into ``codes``) their first assignments, one label at a
     time from the collapsed conditional given everything assigned so far, and count them
     (the sequential initialisation of Griffiths & Steyvers 2004).  ``z[rows]`` and
@@ -197,6 +204,7 @@ def add_rows(codes, rows, z, nrow, clab, ccol, alpha, eta, n_labels, seed):
             if x < 0:
                 z[i, j] = -1
                 continue
+            x += offsets[j]
             tot = 0.0
             for k in range(K):
                 tot += ((alpha[k] + nrow[i, k]) * (clab[x, k] + eta)

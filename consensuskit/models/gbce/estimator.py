@@ -348,7 +348,7 @@ class GBCE(BCE):
                 "weighted variational fit)")
         keep = np.flatnonzero(w > 0)
         if F is None or keep.size == 0:  # BCE exactly (same draws)
-            fit = self._fit_gibbs(ensemble, data, K, rs, resume, digest=digest)
+            fit = self._fit_gibbs(ensemble, K, rs, resume, digest=digest)
             empty = torch.zeros(K, 0, dtype=self._dtype, device=self._device)
             fit.best.params.mu, fit.best.params.sigma2 = empty, empty.clone()
             return fit
@@ -367,7 +367,7 @@ class GBCE(BCE):
                                               fc.values, fc.observed, seed=seed)
             return f
 
-        return self._fit_gibbs(ensemble, data, K, rs, resume, features=fc, score=score,
+        return self._fit_gibbs(ensemble, K, rs, resume, features=fc, score=score,
                                digest=digest)
 
     # ------------------------------------------------------------------ fold-in

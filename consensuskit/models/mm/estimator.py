@@ -15,6 +15,7 @@ from consensuskit.base import (
     check_positive_int,
     resolve_device,
     resolve_dtype,
+    row_argmax,
     torch_generator,
 )
 from consensuskit.data.ensemble import Ensemble
@@ -181,8 +182,10 @@ class MM(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
             init=init,
             generator=torch_generator(rs),
             verbose=bool(self.verbose),
+            keep_resp=False,  # recomputed below: no (K, N) array kept across restarts
         )
         res = run.params
+        res.resp, _ = mm_em.e_step(layout, res.log_pi, res.log_theta)
         self._log_pi = res.log_pi.detach()
         self._log_theta = res.log_theta.detach()
         self._device, self._dtype = device, dtype
@@ -191,7 +194,8 @@ class MM(HubBackedMixin, GenerativeMixin, ConsensusEstimator):
         off = layout.offsets
         self.theta_ = [theta[:, off[j] : off[j + 1]].copy() for j in range(layout.n_partitions)]
         self.membership_ = res.resp.T.cpu().double().numpy()
-        self.labels_ = np.argmax(self.membership_, axis=1).astype(np.int64)
+        res.resp = None
+        self.labels_ = row_argmax(self.membership_)
         self.lower_bound_ = float(res.objective)
         self.lower_bounds_ = np.asarray(run.objectives, dtype=np.float64)
         self.log_likelihood_ = float(res.loglik)

@@ -344,7 +344,11 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     def _fit(self, ens: Ensemble, resume=None):
         T = self._validate(ens)
         rs = check_random_state(self.random_state)
-        self._idx_train = ens.offset_index()
+        # the sampler reads C-ordered int16 (under 32,768 labels) or int32 rows, built
+        # directly; the variational engines the int64 index
+        small = np.int16 if ens.n_total_labels <= np.iinfo(np.int16).max else np.int32
+        self._idx_train = (ens.offset_index(small, order="C") if self.inference == "gibbs"
+                           else ens.offset_index())
         self.n_clamped_, self.max_clamped_ = 0, 0.0
         self.point_estimate_info_ = None
         if self.inference == "gibbs":

@@ -14,7 +14,7 @@ from sklearn.utils import check_random_state
 
 from consensuskit.inference.driver import Engine
 from consensuskit.inference.driver import fit as drive
-from consensuskit.models.nbce.gibbs.state import GibbsState, gibbs_step
+from consensuskit.models.nbce.gibbs.state import GibbsState, gibbs_step, sampler_index
 from consensuskit.models.nbce.priors import get_prior
 
 __all__ = ["Chain", "ChainPlan", "ChainRuns", "GibbsChains", "gibbs_nbce", "INITIAL_TABLE_SIZE",
@@ -310,6 +310,7 @@ def _collect(plan: ChainPlan, chains: ChainRuns, n_labels) -> dict:
     for c, run in enumerate(chains.runs):
         for key, v in run.params.draws.items():
             out[key][c] = v
+        run.params.draws = {}  # stacked: each chain's copy goes as soon as it is in out
         out["log_joint_trace"][c, :len(run.objectives)] = run.objectives
         out["n_draws"][c] = run.params.n_draws
         out["move_stats"][c] = run.params.gibbs.stats
@@ -355,7 +356,8 @@ def gibbs_nbce(
     Parameters
     ----------
     idx : int array, shape (N, M)
-        Global label index (:meth:`Ensemble.offset_index`), ``-1`` missing.
+        Global label index (:meth:`Ensemble.offset_index`), ``-1`` missing; read as
+        int16 when it is int16 (no copy: fewer than 32,768 labels), else as int32.
     n_labels : int array, shape (M,)
         ``k_j``.
     truncation : int or None
@@ -414,7 +416,7 @@ def gibbs_nbce(
         every draw), ``unbounded``, ``n_labels``.
     """
     rng = check_random_state(random_state)
-    idx = np.ascontiguousarray(idx, dtype=np.int32)
+    idx = sampler_index(idx)
     plan = _plan(idx, n_labels, truncation, prior=prior, alpha0=alpha0, beta=beta,
                  update_hyperparameters=update_hyperparameters, hyper_prior=hyper_prior,
                  n_samples=n_samples, burn_in=burn_in, thin=thin, n_chains=n_chains,

@@ -187,15 +187,24 @@ def identical_row_groups(idx):
         return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     if M > _ROW_HASH_WEIGHTS.size:
         return _identical_row_groups_exact(idx)
-    h = idx.astype(np.int64) @ _ROW_HASH_WEIGHTS[:M]  # wraps modulo 2^64
+    # a column at a time: (N,) temporaries, not (N, M) int64 and row copies
+    h = np.zeros(N, dtype=np.int64)
+    for j in range(M):
+        h += idx[:, j].astype(np.int64) * _ROW_HASH_WEIGHTS[j]  # wraps modulo 2^64
     order = np.argsort(h, kind="stable")
     hs = h[order]
+    del h
     new = np.concatenate([[True], hs[1:] != hs[:-1]])
+    del hs
     starts = np.flatnonzero(new)
     counts = np.diff(np.append(starts, N))
     first = order[starts][np.cumsum(new) - 1]  # each sorted row's group representative
-    if not np.array_equal(idx[order], idx[first]):
-        return _identical_row_groups_exact(idx)
+    del new
+    for j in range(M):
+        col = idx[:, j]
+        if not np.array_equal(col[order], col[first]):
+            return _identical_row_groups_exact(idx)
+    del first
     keep = np.flatnonzero(counts >= 2)
     if not keep.size:
         return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)

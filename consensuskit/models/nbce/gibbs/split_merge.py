@@ -4,7 +4,7 @@ untruncated stick-breaking prior.
 
 Arguments shared by the kernels below (documented here once):
 
-* ``idx`` int32 (N, M): global label of each row and column, -1 missing;
+* ``idx`` int16 or int32 (N, M): global label of each row and column, -1 missing;
 * ``z`` int64 (N,): the components; ``cnt`` int64 (T,): their sizes;
 * ``nlk`` int64 (L, T), ``ckm`` int64 (M, T): label and column counts per component;
   ``num`` (L, T) = beta + nlk, ``invden`` (M, T) = 1 / (k_j beta + ckm);

@@ -15,14 +15,25 @@ from consensuskit.models.nbce.gibbs.moves import (
     identical_row_groups,
 )
 from consensuskit.models.nbce.gibbs.split_merge import _split_merge
+from consensuskit.models.nbce.gibbs.summaries import draw_counts
 from consensuskit.models.nbce.priors import get_prior
 
-__all__ = ["GibbsState", "conditional_probs", "sample_conditional", "gibbs_step"]
+__all__ = ["GibbsState", "conditional_probs", "sample_conditional", "gibbs_step",
+           "sampler_index"]
 
 #: default share of split-merge proposals whose pair is drawn near each other
 SPLIT_MERGE_LOCAL_SHARE = 0.5
 #: default restricted Gibbs scans of a split-merge proposal (0: sequential allocation only)
 SPLIT_MERGE_SCANS = 0
+
+
+def sampler_index(idx) -> np.ndarray:
+    """The (N, M) global label index as the kernels read it: C-ordered, int16 kept as it
+    is (2 bytes per label: the estimator builds it so when there are fewer than 32,768
+    labels), any other integer type as int32."""
+    idx = np.asarray(idx)
+    dtype = np.int16 if idx.dtype == np.int16 else np.int32
+    return np.ascontiguousarray(idx, dtype=dtype)
 
 
 # ---------------------------------------------------------------------------
@@ -52,7 +63,7 @@ class GibbsState:
     """
 
     def __init__(self, idx, n_labels, z, truncation, alpha0, beta, prior, unbounded=False):
-        self.idx = np.ascontiguousarray(idx, dtype=np.int32)
+        self.idx = sampler_index(idx)
         self.n_labels = np.asarray(n_labels, dtype=np.int64)
         self.T = int(truncation)
         self.prior_obj = get_prior(prior)
@@ -70,11 +81,9 @@ class GibbsState:
             raise ValueError(f"initial z must have shape ({N},) with values in [0, {self.T})")
         self.T = max(self.T, int(top))
         self.cnt = np.bincount(self.z, minlength=self.T).astype(np.int64)
-        self.nlk = np.zeros((self.L, self.T), dtype=np.int64)
-        self.ckm = np.zeros((M, self.T), dtype=np.int64)
-        rows, cols = np.nonzero(self.idx >= 0)
-        np.add.at(self.nlk, (self.idx[rows, cols], self.z[rows]), 1)
-        np.add.at(self.ckm, (cols, self.z[rows]), 1)
+        nkl, nkm = draw_counts(self.idx, self.z, self.T, self.n_labels)  # a column at a time
+        self.nlk = np.ascontiguousarray(nkl.T)
+        self.ckm = np.ascontiguousarray(nkm.T)
         #: split-merge and slice counters, see :meth:`iterate`
         self.stats = np.zeros(7, dtype=np.int64)
         #: share of split-merge pairs drawn near each other (see
