@@ -64,7 +64,8 @@ def test_likelihood_weighting_is_unbiased_for_a_known_row():
 def test_pyro_consensus_user_variant_full_surface(split, tmp_path):
     X, X_test = split
     est = ck.PyroConsensus(user_variants.bce_alpha_hyperprior, n_clusters=3, random_state=0,
-                           num_steps=30, n_posterior_draws=4, n_perplexity_samples=200)
+                           num_steps=30, n_posterior_draws=4, n_perplexity_samples=200,
+                           n_init=2, fit_particles=20)
     est.fit(X)
     assert est.membership_.shape == (60, 3) and est.labels_.shape == (60,)
     np.testing.assert_allclose(est.membership_.sum(1), 1.0)
@@ -151,8 +152,8 @@ def test_user_variants_ranked_by_compare_and_az_compare(split):
     import arviz as az
 
     X, X_test = split
-    hub = dict(n_clusters=3, random_state=0, num_steps=40, n_posterior_draws=4,
-               n_perplexity_samples=200)
+    hub = dict(n_clusters=3, random_state=0, num_steps=40, n_posterior_draws=4, n_init=2,
+               fit_particles=20, n_perplexity_samples=200)
     table = ck.compare({
         "MM": ck.MM(3, random_state=0),
         "BCE": ck.BCE(3, n_init=1, random_state=0),

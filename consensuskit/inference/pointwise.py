@@ -39,6 +39,7 @@ from pyro.ops.contract import contract_to_tensor
 from pyro.poutine.util import site_is_subsample
 
 __all__ = ["RowScores", "SiteRoles", "site_roles", "score_rows", "score_rows_draws",
+           "row_log_weights",
            "logmeanexp_rows", "combine_draws"]
 
 ROWS = "rows"
@@ -129,7 +130,15 @@ def _row_membership(fn):
     return None
 
 
-def _score_chunk(model, labels, globals_, model_kwargs, roles, num_particles, membership):
+def row_log_weights(model, labels, globals_, model_kwargs, roles, num_particles):
+    """Likelihood-weighting log weights ``log sum_{z_i} p(x_i, z_i | u_i^s, globals)``,
+    a tensor (S, n) that keeps its graph (gradients flow to ``globals_`` and, through
+    reparametrised prior draws, to the hyper-parameters of the local latents ``u``)."""
+    return _row_log_weights(model, labels, globals_, model_kwargs, roles, num_particles)[0]
+
+
+def _row_log_weights(model, labels, globals_, model_kwargs, roles, num_particles,
+                     membership=None):
     P = roles.max_plate_nesting
     S = num_particles if roles.locals else 1
     cond = poutine.condition(model, data=globals_)
@@ -170,6 +179,12 @@ def _score_chunk(model, labels, globals_, model_kwargs, roles, num_particles, me
     lw = packed.unpack(contract_to_tensor(tree, sum_dims, target_ordinal=target),
                        tr.symbol_to_dim)
     lw = particles_by_rows(lw).double()  # (S, n)
+    return lw, (tr, tree, sum_dims, target, member_symbol, member_dim, S, n, P)
+
+
+def _score_chunk(model, labels, globals_, model_kwargs, roles, num_particles, membership):
+    lw, (tr, tree, sum_dims, target, member_symbol, member_dim, S, n, P) = _row_log_weights(
+        model, labels, globals_, model_kwargs, roles, num_particles, membership)
     ll, ll_var = logmeanexp_rows(lw)
     m = None
     if membership in roles.observed:  # exact, from the row distribution

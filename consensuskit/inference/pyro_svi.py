@@ -111,19 +111,23 @@ class SVIDriverEngine(Engine):
     """
 
     def __init__(self, model, guide, elbo, args, kwargs, *, learning_rate=0.05,
-                 clip_norm=None, lr_decay=None, init_state=None):
+                 clip_norm=None, lr_decay=None, init_state=None, stop_when=None):
         self.model, self.guide, self.elbo = model, guide, elbo
         self.args, self.kwargs = args, kwargs
         self.learning_rate, self.clip_norm = learning_rate, clip_norm
         self.lr_decay, self.init_state = lr_decay, init_state
+        self.stop_when = stop_when
 
     def init(self, rng, run=0):
         pyro.set_rng_seed(int(rng.randint(2**31 - 1)))
         self._svi = SVIEngine(self.model, self.guide, self.elbo,
                               learning_rate=self.learning_rate, clip_norm=self.clip_norm,
                               lr_decay=self.lr_decay)
-        start = (copy.deepcopy(self.init_state) if self.init_state is not None
-                 else {"params": {}, "constraints": {}})
+        # parameters copied; constraint objects shared (copies of Pyro's singletons would
+        # no longer compare equal to them, e.g. after a save and load)
+        start = ({"params": copy.deepcopy(self.init_state["params"]),
+                  "constraints": dict(self.init_state["constraints"])}
+                 if self.init_state is not None else {"params": {}, "constraints": {}})
         return {"param_state": start, "loss": math.inf, "step": 0}
 
     def step(self, state, rng):
@@ -139,11 +143,15 @@ class SVIDriverEngine(Engine):
     def objective(self, state) -> float:
         return -state["loss"]
 
+    def converged(self, objectives, tol, state) -> bool:
+        """``stop_when(losses)`` (the losses so far, a list); never without one."""
+        return self.stop_when is not None and bool(self.stop_when([-v for v in objectives]))
+
 
 def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate=0.05,
             batch_size=None, max_plate_nesting=2, jit=False, num_particles=1, seed=None,
             progress=False, desc="SVI", clip_norm=None, n_runs=1, lr_decay=None,
-            init_state=None) -> SVIFit:
+            init_state=None, stop_when=None) -> SVIFit:
     """Fit ``model``/``guide`` on ``labels`` (N, M) by SVI, full batch or on minibatches.
 
     Runs under the fit driver (:func:`consensuskit.inference.driver.fit`): ``n_runs``
@@ -170,6 +178,9 @@ def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate
         Multiply the learning rate by this every step (``ClippedAdam``'s ``lrd``).
     init_state : dict, optional
         Param-store state every run starts from (e.g. the best of short restarts).
+    stop_when : callable(losses) -> bool, optional
+        Called after every step with the run's losses so far; True stops the run early
+        (e.g. an ELBO plateau).  Default: all ``num_steps`` steps.
 
     Returns
     -------
@@ -187,9 +198,11 @@ def fit_svi(model, guide, labels, *, model_kwargs, num_steps=1000, learning_rate
     elbo = make_elbo(model, (labels,), kw, max_plate_nesting=max_plate_nesting, jit=jit,
                      num_particles=num_particles)
     engine = SVIDriverEngine(model, guide, elbo, (labels,), kw, learning_rate=learning_rate,
-                             clip_norm=clip_norm, lr_decay=lr_decay, init_state=init_state)
+                             clip_norm=clip_norm, lr_decay=lr_decay, init_state=init_state,
+                             stop_when=stop_when)
     t0 = time.process_time()
-    res = drive(engine, max_iter=num_steps, n_runs=n_runs, tol=None,
+    res = drive(engine, max_iter=num_steps, n_runs=n_runs,
+                tol=None if stop_when is None else 0.0,
                 rng=check_random_state(seed), progress=progress, desc=desc, unit="step")
     state = res.best.params["param_state"]
     with pyro.get_param_store().scope(state):

@@ -221,13 +221,14 @@ def _own_getstate(cls) -> bool:
 
 
 def _default_guide_of(o):
-    """The tree node of a PyroConsensus default guide (``AutoNormal`` of the blocked
-    model), rebuilt from the model on load; its parameters live in the param state."""
+    """The tree node of a PyroConsensus default guide (``AutoNormal`` or
+    ``AutoMultivariateNormal`` of the blocked model), rebuilt from the model on load (the
+    estimator's ``guide_family_`` says which); its parameters live in the param state."""
     try:
-        from pyro.infer.autoguide import AutoNormal
+        from pyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
     except ImportError:  # pragma: no cover
         return None
-    if type(o) is not AutoNormal:
+    if type(o) not in (AutoNormal, AutoMultivariateNormal):
         return None
     return {"$": "guide", "kind": "default"}
 

@@ -22,12 +22,14 @@ from consensuskit.io.checkpoint import checkpoint_writer
 from consensuskit.models.base import DriverFitMixin, Integer, OneOf, Real
 from consensuskit.models.nbce.cvb import CVB
 from consensuskit.models.nbce.gibbs import (
+    RHAT_THRESHOLD,
     co_clustering,
     draw_counts,
     draw_memberships,
     gibbs_nbce,
     point_consensus,
     relabel_by_size,
+    split_rhat,
 )
 from consensuskit.models.nbce.predictive import (
     component_loglik,
@@ -154,6 +156,11 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         largest size they grew to; their last component is empty in every draw).
     max_occupied_ : int
         Gibbs: the most clusters occupied in a retained draw.
+    chains_disagree_ : bool, rhat_lp_ : float, chain_mean_lp_ : ndarray (chains,)
+        Gibbs: split R-hat over chains of the log joint (relabelling-invariant), each
+        chain's mean; R-hat above ``RHAT_THRESHOLD`` (1.05) means the chains sit in
+        separate modes and the pooled draws mix them (a RuntimeWarning at fit time; NaN
+        and False with one chain).
     truncation_filled_ : float
         Gibbs: share of retained draws that occupy every component (always 0.0 with no
         truncation); a warning when it is positive.
@@ -346,6 +353,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         self._draw_maps = maps
         self.n_clusters_draws_ = out["n_occupied"]
         self._check_truncation(out, T)
+        self._check_chains(out["log_joint"])
         self.alpha0_ = float(out["alpha0"].mean())
         self.beta_ = float(out["beta"].mean())
         self._arviz_posterior = {
@@ -356,6 +364,24 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         }
         self._arviz_attrs = {"prior": self.prior, "truncation": T,
                              "inference": "collapsed_gibbs"}
+
+    def _check_chains(self, lp):
+        """``rhat_lp_``, ``chain_mean_lp_``, ``chains_disagree_``: the split R-hat over chains
+        of the log joint ``lp`` (C, S), which does not change under relabelling; above
+        ``RHAT_THRESHOLD`` (1.05) the chains sit in separate modes and ``labels_``,
+        ``membership_`` and the scores pool them: a RuntimeWarning says so."""
+        lp = np.asarray(lp, dtype=np.float64)
+        self.chain_mean_lp_ = lp.mean(1)
+        self.rhat_lp_ = split_rhat(lp) if lp.shape[0] >= 2 else float("nan")
+        self.chains_disagree_ = bool(lp.shape[0] >= 2 and not (self.rhat_lp_
+                                                                <= RHAT_THRESHOLD))
+        if self.chains_disagree_:
+            warnings.warn(
+                f"NBCE: the Gibbs chains sit in separate modes (split R-hat of the log joint "
+                f"{self.rhat_lp_:.3g} > {RHAT_THRESHOLD}; chain means "
+                f"{np.round(self.chain_mean_lp_, 1).tolist()}): labels and scores pool them. "
+                "Run longer chains (burn_in, n_samples) or compare the chains "
+                "(chains_disagree_)", RuntimeWarning, stacklevel=4)
 
     def _check_truncation(self, out, T):
         """``truncation_``, ``max_occupied_``, ``truncation_filled_``, and a warning when

@@ -100,11 +100,13 @@ from consensuskit.models.nbce.gibbs.state import (
     sample_conditional,
 )
 from consensuskit.models.nbce.gibbs.summaries import (
+    RHAT_THRESHOLD,
     co_clustering,
     draw_counts,
     draw_memberships,
     point_consensus,
     relabel_by_size,
+    split_rhat,
 )
 
 __all__ = [
@@ -120,4 +122,6 @@ __all__ = [
     "draw_counts",
     "draw_memberships",
     "relabel_by_size",
+    "split_rhat",
+    "RHAT_THRESHOLD",
 ]

@@ -7,7 +7,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 __all__ = ["draw_counts", "co_clustering", "point_consensus", "draw_memberships",
-           "relabel_by_size"]
+           "relabel_by_size", "split_rhat", "RHAT_THRESHOLD"]
 
 
 def draw_counts(idx, z, truncation, n_labels):
@@ -126,3 +126,22 @@ def relabel_by_size(z):
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     return rank[inv].astype(np.int64)
+
+
+#: split R-hat of the log joint above which NBCE's Gibbs chains count as in separate modes
+RHAT_THRESHOLD = 1.05
+
+
+def split_rhat(x):
+    """Split R-hat (Gelman et al., BDA3 eq. 11.4) of ``x`` (chains, draws): each chain cut
+    in two halves, then the potential scale reduction of the 2C half-chains."""
+    x = np.asarray(x, dtype=np.float64)
+    h = x.shape[1] // 2
+    if h < 2:
+        return float("nan")
+    parts = np.concatenate([x[:, :h], x[:, -h:]], axis=0)  # (2C, h)
+    W = parts.var(axis=1, ddof=1).mean()
+    B = h * parts.mean(axis=1).var(ddof=1)
+    if W <= 0:
+        return float("inf") if B > 0 else 1.0
+    return float(np.sqrt(((h - 1) / h * W + B / h) / W))
