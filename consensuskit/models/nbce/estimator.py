@@ -159,8 +159,9 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     chains_disagree_ : bool, rhat_lp_ : float, chain_mean_lp_ : ndarray (chains,)
         Gibbs: split R-hat over chains of the log joint (relabelling-invariant), each
         chain's mean; R-hat above ``RHAT_THRESHOLD`` (1.05) means the chains sit in
-        separate modes and the pooled draws mix them (a RuntimeWarning at fit time; NaN
-        and False with one chain).
+        separate modes and the pooled draws mix them (a RuntimeWarning at fit time).  With
+        one chain: the split R-hat of its two halves (a drift check; no chains to
+        disagree, so ``chains_disagree_`` is False); NaN under 4 draws per chain.
     truncation_filled_ : float
         Gibbs: share of retained draws that occupy every component (always 0.0 with no
         truncation); a warning when it is positive.
@@ -372,7 +373,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         ``membership_`` and the scores pool them: a RuntimeWarning says so."""
         lp = np.asarray(lp, dtype=np.float64)
         self.chain_mean_lp_ = lp.mean(1)
-        self.rhat_lp_ = split_rhat(lp) if lp.shape[0] >= 2 else float("nan")
+        self.rhat_lp_ = split_rhat(lp)
         self.chains_disagree_ = bool(lp.shape[0] >= 2 and not (self.rhat_lp_
                                                                 <= RHAT_THRESHOLD))
         if self.chains_disagree_:
