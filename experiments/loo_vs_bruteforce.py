@@ -87,9 +87,9 @@ def score_heldout_row(est, row, how):
         rng = np.random.default_rng(0)
         lp, lt = est._variational_parameter_draws(int(est.n_samples * est.n_chains), rng)
         idx = row.offset_index()
-        from consensuskit.models.nbce.estimator import _component_loglik
+        from consensuskit.models.nbce.predictive import component_loglik
 
-        ll = np.array([logsumexp(a + _component_loglik(idx, b)[0]) for a, b in zip(lp, lt)])
+        ll = np.array([logsumexp(a + component_loglik(idx, b)[0]) for a, b in zip(lp, lt)])
         m = logsumexp(ll) - np.log(ll.size)
         w = np.exp(ll - m)
         return float(m), float(w.var() / ll.size)
