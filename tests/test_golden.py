@@ -2,8 +2,14 @@
 
 The values in ``tests/golden/golden.npz`` were written by ``python -m tests.golden.make``
 before the redesign of the fit driver and the model hub.  A refactoring leaves them
-equal to 1e-10 (float64); an intended algorithm change rewrites one case's values in a
-commit of its own that says why.
+equal to 1e-8 relative (float64); an intended algorithm change rewrites one case's values
+in a commit of its own that says why.
+
+Why 1e-8 and not 1e-10: a fresh install resolves newer numpy/scipy/numba builds, whose
+special functions and reductions round differently in the last bits.  With numpy 2.4.6,
+scipy 1.17.1 and numba 0.68.1 one of NBCE VB's 32 stored bounds moved by 1.2e-10
+relative (2.8e-8 nats of 232) with no code change; a refactoring error moves values by
+far more than 1e-8.
 """
 
 from pathlib import Path
@@ -29,5 +35,5 @@ def test_golden(name, stored):
     got = run_case(name)
     assert set(got) == set(expected), f"{name}: attributes differ {set(got) ^ set(expected)}"
     for attr, want in expected.items():
-        np.testing.assert_allclose(got[attr], want, rtol=1e-10, atol=1e-10,
+        np.testing.assert_allclose(got[attr], want, rtol=1e-8, atol=1e-10,
                                    err_msg=f"{name}.{attr}")
