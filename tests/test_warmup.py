@@ -77,3 +77,12 @@ def test_demo_compiles_nothing_after_warmup(tmp_path):
          tmp_path / "warm")
     warm = _run(COUNT_COMPILES, tmp_path / "warm")
     assert int(warm.split()[-1]) == 0
+
+
+def test_row_subset_step_reaches_add_rows():
+    """The step for fits above ``max_rows`` runs the kernel that adds the other rows
+    (no fit of warm-up size reaches it), in the types a large fit passes it."""
+    from consensuskit.models.bce import gibbs_kernels
+
+    warmup._bce_row_subset()
+    assert gibbs_kernels.add_rows.signatures, "add_rows was not called"

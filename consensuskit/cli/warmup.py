@@ -63,6 +63,25 @@ def _mm_potential():
         pot.map_value_and_grad(*[params[k] for k in pot.names])
 
 
+def _bce_row_subset():
+    """BCE's default estimate on more rows than ``max_rows``: the sweeps run on a row
+    subset and the other rows join once (``gibbs_kernels.add_rows``), which no fit of
+    the warm-up's size reaches at the default ``max_rows`` (10,000)."""
+    from consensuskit.data.ensemble import Ensemble
+    from consensuskit.models.bce import initialise
+    from consensuskit.models.bce.collapsed_gibbs import CollapsedGibbsEM
+
+    ens = Ensemble.from_labels(_labels())
+    engine = CollapsedGibbsEM(ens.codes, ens.offsets, 3,
+                              lambda rng: initialise.init_beta_random(ens, 3, rng),
+                              n_sweeps=4, max_rows=30, final_sweeps=3)
+    rng = np.random.RandomState(0)
+    state = engine.init(rng)
+    for _ in range(engine.total_sweeps):
+        state = engine.step(state, rng)
+    engine.result(state)
+
+
 def _posterior_step():
     """Compile the partition-posterior kernels (SALSO search and losses)."""
     from consensuskit.posterior.warmup import warm_up as posterior_warm_up
@@ -74,6 +93,7 @@ def _posterior_step():
 OTHER_STEPS = [
     ("Partition posterior search", _posterior_step, ("consensuskit.posterior._kernels",)),
     ("MM potential for NUTS", _mm_potential, ("consensuskit.models.mm.potential",)),
+    ("BCE row-subset Gibbs", _bce_row_subset, ("consensuskit.models.bce.gibbs_kernels",)),
 ]
 
 
