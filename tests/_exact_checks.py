@@ -34,3 +34,15 @@ def stick_breaking_labels(rng, n_points, alpha0):
             k += 1
         z[n] = k
     return z
+
+
+def scanned_split_merge(error=0.0):
+    """A move for the invariance checks: split-merge with two restricted Gibbs scans after
+    the launch (Jain & Neal 2004) and near pairs half the time, its log ratio off by
+    ``error`` (0 for the real move, non-zero for the negative control)."""
+    def move(st):
+        st.split_merge_scans = 2
+        st.split_merge_local_share = 0.5
+        st.split_merge_log_ratio_error = error
+        st.split_merge(20)
+    return move

@@ -23,7 +23,7 @@ from consensuskit.models.nbce.gibbs.kernels import _seed
 from consensuskit.models.nbce.gibbs.moves import identical_row_groups
 from consensuskit.models.nbce.priors import FSD, TSB, get_prior
 from consensuskit.models.nbce.spec import collapsed_log_joint, log_prior_partition
-from tests._exact_checks import chi2_pvalue
+from tests._exact_checks import chi2_pvalue, scanned_split_merge
 
 PRIORS = ["tsb", "fsd"]
 T, A0, B = 4, 0.8, 0.3
@@ -95,27 +95,16 @@ def test_split_merge_with_a_wrong_acceptance_ratio_fails(prior):
     assert _chi2_pvalue(draws, p) < 1e-6
 
 
-def _scanned_split_merge(error=0.0):
-    """Split-merge with two restricted Gibbs scans after the launch (Jain & Neal 2004) and
-    near pairs half the time, its log ratio off by ``error``."""
-    def move(st):
-        st.split_merge_scans = 2
-        st.split_merge_local_share = 0.5
-        st.split_merge_log_ratio_error = error
-        st.split_merge(20)
-    return move
-
-
 @pytest.mark.parametrize("prior", PRIORS)
 def test_split_merge_with_restricted_scans_keeps_the_posterior(prior):
-    draws, p, _ = _after_move(prior, _scanned_split_merge())
+    draws, p, _ = _after_move(prior, scanned_split_merge())
     assert _chi2_pvalue(draws, p) > 1e-4
 
 
 @pytest.mark.parametrize("prior", PRIORS)
 def test_split_merge_with_restricted_scans_and_a_wrong_ratio_fails(prior):
     """Control: the same move with its log acceptance ratios off by 1."""
-    draws, p, _ = _after_move(prior, _scanned_split_merge(1.0))
+    draws, p, _ = _after_move(prior, scanned_split_merge(1.0))
     assert _chi2_pvalue(draws, p) < 1e-6
 
 

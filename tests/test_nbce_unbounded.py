@@ -24,7 +24,7 @@ from scipy.special import gammaln, logsumexp
 from consensuskit.data.ensemble import Ensemble
 from consensuskit.models.nbce.gibbs import GibbsState
 from consensuskit.models.nbce.gibbs.kernels import _seed
-from tests._exact_checks import chi2_pvalue, stick_breaking_labels
+from tests._exact_checks import chi2_pvalue, scanned_split_merge, stick_breaking_labels
 
 A0, BETA, BINS = 0.8, 0.3, 5
 X_SMALL = np.array([[0, 1, 0], [0, 1, 0], [0, 1, 0], [1, 0, -1], [1, 0, 2], [0, 0, 2]])
@@ -204,23 +204,14 @@ def test_split_merge_with_a_wrong_acceptance_ratio_fails():
     assert _pvalue(wrong) < 1e-6
 
 
-def _scanned_split_merge(error=0.0):
-    def move(st):
-        st.split_merge_scans = 2
-        st.split_merge_local_share = 0.5
-        st.split_merge_log_ratio_error = error
-        st.split_merge(20)
-    return move
-
-
 def test_split_merge_with_restricted_scans_keeps_the_untruncated_posterior():
     """Jain & Neal's restricted Gibbs scans after a sequential launch, near pairs half the
     time (the default's split-merge)."""
-    assert _pvalue(_scanned_split_merge()) > 1e-4
+    assert _pvalue(scanned_split_merge()) > 1e-4
 
 
 def test_split_merge_with_restricted_scans_and_a_wrong_ratio_fails():
-    assert _pvalue(_scanned_split_merge(1.0)) < 1e-6
+    assert _pvalue(scanned_split_merge(1.0)) < 1e-6
 
 
 @pytest.mark.parametrize("move", ["sweep", "label_swaps"])
