@@ -68,6 +68,7 @@ def _bce_row_subset():
     subset and the other rows join once (``gibbs_kernels.add_rows``), which no fit of
     the warm-up's size reaches at the default ``max_rows`` (10,000)."""
     from consensuskit.data.ensemble import Ensemble
+    from consensuskit.inference.driver import fit as drive
     from consensuskit.models.bce import initialise
     from consensuskit.models.bce.collapsed_gibbs import CollapsedGibbsEM
 
@@ -75,11 +76,7 @@ def _bce_row_subset():
     engine = CollapsedGibbsEM(ens.codes, ens.offsets, 3,
                               lambda rng: initialise.init_beta_random(ens, 3, rng),
                               n_sweeps=4, max_rows=30, final_sweeps=3)
-    rng = np.random.RandomState(0)
-    state = engine.init(rng)
-    for _ in range(engine.total_sweeps):
-        state = engine.step(state, rng)
-    engine.result(state)
+    drive(engine, max_iter=engine.total_sweeps, tol=None, rng=np.random.RandomState(0))
 
 
 def _posterior_step():
