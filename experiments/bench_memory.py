@@ -10,6 +10,9 @@ child's CPU and wall seconds.  ``PYTHONPATH`` picks the checkout measured (e.g. 
 the numbers before a change).  One thread (OMP/MKL/NUMBA threads 1).
 
 Fits are short (a few iterations, one restart): memory, not convergence, is measured.
+``bce_membership`` is ``bce`` followed by a read of ``membership_``, which BCE forms from
+``gamma_`` on first read, not during ``fit``; ``bce_defaults`` is BCE with every default
+(k-means init, 3 chains auditioned, 200 sweeps on 10,000 rows) but ``final_sweeps``.
 BCE's default (collapsed Gibbs) runs ``n_sweeps`` on 10,000 rows and then 60 sweeps over
 all rows; ``--final-sweeps S`` (default 60, the estimator's) sets the latter for a run at
 1e7 rows (memory does not depend on it once it is at least 3, so that draws are pooled:
@@ -32,7 +35,8 @@ import time
 
 import numpy as np
 
-CASES = ["input", "from_labels", "bce", "bce_float32", "mm", "mm_restarts", "nbce"]
+CASES = ["input", "from_labels", "bce", "bce_float32", "bce_membership", "bce_defaults", "mm",
+         "mm_restarts", "nbce"]
 
 
 def labels(n, m, k=10, seed=0, missing=0.05):
@@ -100,13 +104,22 @@ def run_case(case, n, m, where=False, final_sweeps=60):
         from consensuskit.data.ensemble import Ensemble
 
         Ensemble.from_labels(X)
-    elif case in ("bce", "bce_float32"):
+    elif case in ("bce", "bce_float32", "bce_membership"):
         from consensuskit import BCE
         from consensuskit.models.bce.collapsed_gibbs import CollapsedGibbsEM
 
         CollapsedGibbsEM.__init__.__kwdefaults__["final_sweeps"] = final_sweeps
-        BCE(n_clusters=4, max_iter=3, n_init=1, init="random", n_perplexity_samples=10,
-            dtype="float32" if case == "bce_float32" else "float64", random_state=0).fit(X)
+        est = BCE(n_clusters=4, max_iter=3, n_init=1, init="random", n_perplexity_samples=10,
+                  dtype="float32" if case == "bce_float32" else "float64",
+                  random_state=0).fit(X)
+        if case == "bce_membership":  # float64, and membership_ read after the fit
+            est.membership_  # noqa: B018  (formed on first read)
+    elif case == "bce_defaults":
+        from consensuskit import BCE
+        from consensuskit.models.bce.collapsed_gibbs import CollapsedGibbsEM
+
+        CollapsedGibbsEM.__init__.__kwdefaults__["final_sweeps"] = final_sweeps
+        BCE(n_clusters=4, random_state=0).fit(X)
     elif case in ("mm", "mm_restarts"):
         from consensuskit import MM
 

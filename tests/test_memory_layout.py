@@ -55,6 +55,47 @@ def test_bce_gibbs_fit_lays_out_no_label_data_and_keeps_narrow_chain_arrays():
     assert engine.codes is ens.codes  # read in place, not copied
 
 
+def test_gibbs_result_releases_the_chain_rows_and_keeps_its_gamma():
+    """result() drops z and the row counts before forming gamma; gamma is alpha plus the
+    pooled mean counts, as computed from the arrays it released."""
+    ens = Ensemble.from_labels(_labels())
+    engine = CollapsedGibbsEM(ens.codes, ens.offsets, 3, lambda rng: rng.dirichlet(np.ones(40), 3),
+                              n_sweeps=4, max_rows=1000, final_sweeps=3)
+    assert engine.V.dtype == np.int8
+    np.testing.assert_array_equal(engine.V, (ens.codes >= 0).sum(1))
+    state = engine.init(np.random.RandomState(0))
+    for _ in range(engine.total_sweeps):
+        state = engine.step(state, np.random.RandomState(1))
+    chain = state.chains[0]
+    want = (chain.nrow_sum / chain.n_pooled + chain.alpha).T
+    res = engine.result(state)
+    assert chain.z is None and chain.nrow is None and chain.nrow_sum is None
+    np.testing.assert_array_equal(res.gamma.numpy(), want)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_bce_membership_is_formed_on_first_read_from_gamma(tmp_path, dtype):
+    """membership_ is not formed by fit; read, it is gamma_ normalised (the same values as
+    when fit formed it), the same array on every read, forgotten by a refit, and it
+    survives save/load whether or not it was read."""
+    X = _labels(n=400)
+    est = BCE(n_clusters=3, n_sweeps=10, random_state=0, dtype=dtype).fit(X)
+    assert "membership_" not in vars(est)
+    est.save(tmp_path / "unread.ck")
+    m = est.membership_
+    np.testing.assert_array_equal(m, normalised_rows(est.gamma_))
+    assert m.dtype == np.float64 and m.shape == (400, 3)
+    assert est.membership_ is m
+    est.save(tmp_path / "read.ck")
+    for name in ("unread.ck", "read.ck"):
+        back = BCE.load(tmp_path / name)
+        np.testing.assert_array_equal(back.membership_, m)
+    est.fit(X[:300])
+    assert "membership_" not in vars(est) and est.membership_.shape == (300, 3)
+    np.testing.assert_array_equal(est.membership_, normalised_rows(est.gamma_))
+    assert not hasattr(BCE(n_clusters=3), "membership_")
+
+
 def test_mm_narrow_group_codes_give_the_same_e_and_m_steps():
     ens = Ensemble.from_labels(_labels(m=10))
     narrow = mm_em.prepare(ens.codes, ens.n_labels)

@@ -324,12 +324,13 @@ class CollapsedGibbsEM(Engine):
         self.final_sweeps = int(final_sweeps) if self.subsample else 0
         self.total_sweeps = self.n_sweeps + self.final_sweeps
         self._subset_codes = {}
-        self.V = np.zeros(N, dtype=np.int32)
+        self.max_count = int(M + (0 if features is None else features.values.shape[1]))
+        # labels per row in the smallest type that holds M (int8 below 128 columns)
+        self.V = np.zeros(N, dtype=smallest_int(M))
         for j in range(M):  # a column at a time: no (N, M) temporary
             self.V += self.codes[:, j] >= 0
         if features is not None:
             self.V = self.V + features.observed.sum(1)
-        self.max_count = int(M + (0 if features is None else features.values.shape[1]))
         self.v_hist = np.bincount(self.V, minlength=self.max_count + 1).astype(np.float64)
         # the smallest types that hold an assignment, a row count, and a row count summed
         # over every pooled sweep (integer sums: the mean is the same as a float64 sum's)
@@ -381,6 +382,9 @@ class CollapsedGibbsEM(Engine):
         return out
 
     def result(self, state: GibbsState) -> GibbsResult:
+        """The kept chain's estimate.  It uses the state up: the chain's per-row arrays
+        (``z``, ``nrow``, ``nrow_sum``) are released (set to None), as the driver drops the
+        state after this call; a snapshot a callback kept without copying sees them so."""
         if len(state.chains) > 1:  # stopped before the audition: score them now
             scores = [self._score(c) for c in state.chains]
             state.audition_scores, state.kept_chain = scores, int(np.argmax(scores))
@@ -389,9 +393,17 @@ class CollapsedGibbsEM(Engine):
         if chain.rows is not None:  # stopped on the subset: give every row its draw
             self._add_other_rows(chain, seed=chain.sweep)
         alpha, beta, extra = self._estimate(chain)
+        # the run is over and the state spent: drop the chain's (N, M) assignments (and
+        # its current row counts when the pooled ones give gamma) before the (K, N)
+        # gamma is formed, so that they are never held together (issue 27)
+        chain.z = None
+        if chain.n_pooled:
+            chain.nrow = None
+        gamma = self._gamma(chain)
+        chain.nrow = chain.nrow_sum = None
         return GibbsResult(alpha=alpha, beta=beta, **extra,
                            n_variance_floored=chain.n_variance_floored,
-                           gamma=self._gamma(chain),
+                           gamma=gamma,
                            eta=float(chain.eta), n_pooled=int(chain.n_pooled),
                            n_alpha_clipped=chain.n_alpha_clipped,
                            n_eta_clipped=chain.n_eta_clipped,
@@ -538,7 +550,7 @@ class CollapsedGibbsEM(Engine):
         """``alpha + mean n_i`` as a (K, N) tensor of the engine's dtype, filled a block of
         rows at a time (no (N, K) float64 temporaries): the pooled draws' mean, or the
         current draw before the pooled half."""
-        N = chain.nrow.shape[0]
+        N = (chain.nrow_sum if chain.n_pooled else chain.nrow).shape[0]
         out = np.empty((self.K, N), dtype=torch.empty(0, dtype=self.dtype).numpy().dtype)
         for start in range(0, N, block_rows):
             rows = slice(start, min(N, start + block_rows))

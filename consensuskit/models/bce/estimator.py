@@ -13,8 +13,8 @@ from sklearn.utils.validation import check_is_fitted
 from consensuskit.base import (
     ConsensusEstimator,
     GenerativeMixin,
+    RowNormalised,
     check_n_clusters,
-    normalised_rows,
     resolve_device,
     resolve_dtype,
     row_argmax,
@@ -145,7 +145,10 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     gamma_ : ndarray (N, K)
         Variational Dirichlet parameters of the training rows.
     membership_ : ndarray (N, K)
-        ``gamma_`` normalised over clusters.
+        ``gamma_`` normalised over clusters.  Formed on first access and then kept (the
+        same array on every read): ``fit`` does not hold this (N, K) array beside
+        ``gamma_`` (:class:`~consensuskit.base.RowNormalised`), so reading it costs
+        ``8 K`` bytes per row then.
     labels_ : ndarray (N,)
         ``argmax_h gamma_ih``.
     lower_bound_ : float
@@ -229,6 +232,9 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         self.checkpoint_path = checkpoint_path
         self.checkpoint_every = checkpoint_every
         self.n_jobs = n_jobs
+
+    #: ``gamma_`` normalised over clusters, formed when first read (not during ``fit``)
+    membership_ = RowNormalised("gamma_")
 
     # ------------------------------------------------------------------ fitting
     _driver_inference = "cavi"
@@ -318,7 +324,7 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
                       for b in cavi.unpack_beta(self._beta_t, ensemble.offsets)]
         # a view of the state's (K, N) gamma when it is float64 on the CPU (no copy)
         self.gamma_ = np.asarray(state.gamma.detach().T.cpu().numpy(), dtype=np.float64)
-        self.membership_ = normalised_rows(self.gamma_)
+        type(self).membership_.reset(self)  # formed from gamma_ when first read
         self.labels_ = row_argmax(self.gamma_)
         self.lower_bounds_ = [float(v) for v in run.objectives]
         self.lower_bound_ = self.lower_bounds_[-1]
