@@ -282,14 +282,58 @@ def test_fixed_truncation_that_fills_warns_and_says_how_often(prior):
 
 def test_fsd_without_truncation_uses_the_default_and_gibbs_refuses_none_for_fsd():
     import consensuskit as ck
-    from consensuskit.models.nbce.estimator import DEFAULT_TRUNCATION
+    from consensuskit.models.nbce.estimator import default_fsd_truncation
     from consensuskit.models.nbce.gibbs import gibbs_nbce
 
     X = _many_cluster_data(n=60)
     m = ck.NBCE(prior="fsd", n_samples=5, burn_in=5, n_chains=2, random_state=0).fit(X)
-    assert m.truncation_ == DEFAULT_TRUNCATION and m.truncated_
+    assert m.truncation_ == default_fsd_truncation(60) and m.truncated_
+    assert m.max_occupied_ < m.truncation_ and m.truncation_filled_ == 0.0
     with pytest.raises(ValueError, match="tsb"):
         gibbs_nbce(IDX, ENS.n_labels, None, prior="fsd", n_samples=2, burn_in=1)
+
+
+def test_default_fsd_truncation_is_twice_the_dirichlet_process_expected_clusters():
+    """The rule, against the expected number of clusters of N draws from a DP(alpha0)
+    summed term by term (the i-th point opens a cluster with probability
+    alpha0 / (alpha0 + i)); at least DEFAULT_TRUNCATION, never smaller for more rows."""
+    from consensuskit.models.nbce.estimator import (
+        DEFAULT_TRUNCATION,
+        FSD_TRUNCATION_ALPHA0,
+        default_fsd_truncation,
+    )
+
+    a = FSD_TRUNCATION_ALPHA0
+    values = []
+    for n in (1, 16, 17, 27, 60, 150, 2000, 10**4, 10**5):
+        expected = float(np.sum(a / (a + np.arange(n))))
+        t = default_fsd_truncation(n)
+        assert t == max(DEFAULT_TRUNCATION, int(np.ceil(2 * expected - 1e-9))), n
+        values.append(t)
+    assert values[0] == values[1] == DEFAULT_TRUNCATION < values[2]
+    assert values == sorted(values) and values[-3] == 108  # the N = 2,000 of the docs
+
+
+def test_user_truncation_is_kept_and_variational_engines_keep_twenty():
+    import consensuskit as ck
+    from consensuskit.data.ensemble import as_ensemble
+    from consensuskit.models.nbce.estimator import DEFAULT_TRUNCATION, default_fsd_truncation
+
+    X = _many_cluster_data(n=60)
+    ens = as_ensemble(X)
+    for T in (2, 20, 25, 100):  # below, at and above the default (37 at 60 rows)
+        for inference, prior in (("gibbs", "fsd"), ("gibbs", "tsb"), ("vb", "fsd"),
+                                 ("cvb", "tsb")):
+            est = ck.NBCE(truncation=T, prior=prior, inference=inference)
+            assert est._validate(ens) == T
+    assert ck.NBCE(prior="fsd")._validate(ens) == default_fsd_truncation(60) != 20
+    assert ck.NBCE(prior="tsb")._validate(ens) is None
+    for inference, prior in (("vb", "fsd"), ("cvb", "fsd"), ("cvb", "tsb")):
+        assert ck.NBCE(prior=prior, inference=inference)._validate(ens) == DEFAULT_TRUNCATION
+    m = ck.NBCE(truncation=25, prior="fsd", n_samples=5, burn_in=5, n_chains=2,
+                random_state=0).fit(X)
+    assert m.truncation_ == 25 and m.truncated_
+    assert m.samples_["counts"].shape[-1] == 25
 
 
 @pytest.mark.parametrize("inference,prior", [("vb", "fsd"), ("cvb", "tsb")])

@@ -16,6 +16,7 @@ from consensuskit.models.nbce.gibbs.kernels import (
     _log_prior_nb,
     _loglik_nb,
     _move,
+    _occupied,
     _sample_index,
     _tsb_swaps,
 )
@@ -38,8 +39,12 @@ def _block_prior_deltas(cnt, a, a0, code, out, unbounded):
     K = cnt.shape[0]
     if code == 1:
         aa = a0 / K
+        empty = math.lgamma(aa + a) - math.lgamma(aa)  # the same for every empty component
         for k in range(K):
-            out[k] = math.lgamma(aa + cnt[k] + a) - math.lgamma(aa + cnt[k])
+            if cnt[k] > 0:
+                out[k] = math.lgamma(aa + cnt[k] + a) - math.lgamma(aa + cnt[k])
+            else:
+                out[k] = empty
         return
     # TSB: adding a to k raises N_{>h} for h < k and N_k itself
     ge = 0.0
@@ -153,8 +158,15 @@ def _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr
         for k in range(1, K):
             if lw[k] > mx:
                 mx = lw[k]
+        # FSD: every empty component has the same log weight; one exponential for all
+        e_empty = -1.0
         for k in range(K):
+            if code == 1 and cnt[k] == 0 and e_empty >= 0.0:
+                lw[k] = e_empty
+                continue
             lw[k] = math.exp(lw[k] - mx)
+            if code == 1 and cnt[k] == 0:
+                e_empty = lw[k]
         knew = _sample_index(lw, K)
         if knew != c:
             stats[6] += 1
@@ -233,19 +245,21 @@ def _identical_row_groups_exact(idx):
 
 
 @numba.njit(**_INNER)
-def _hyper_logpdf(which, x, cnt, nlk, ckm, n_labels, code, shape, rate):
-    """Log conditional density of alpha0 (which=0) or beta (1) at ``x`` (Gamma prior)."""
+def _hyper_logpdf(which, x, cnt, occ, nlk, ckm, n_labels, code, shape, rate):
+    """Log conditional density of alpha0 (which=0) or beta (1) at ``x`` (Gamma prior);
+    ``occ``: the occupied components (:func:`_occupied`)."""
     if not (x > 0.0) or not math.isfinite(x):
         return -math.inf
     if which == 0:
         v = _log_prior_nb(cnt, x, code)
     else:
-        v = _loglik_nb(nlk, ckm, n_labels, x)
+        v = _loglik_nb(occ, nlk, ckm, n_labels, x)
     return v + (shape - 1.0) * math.log(x) - rate * x
 
 
 @numba.njit(**_INNER)
-def _slice_log_nb(which, x0, cnt, nlk, ckm, n_labels, code, shape, rate, width, max_steps):
+def _slice_log_nb(which, x0, cnt, occ, nlk, ckm, n_labels, code, shape, rate, width,
+                  max_steps):
     """One slice-sampling update (Neal 2003: stepping out by at most ``max_steps``
     intervals, split at random between the two sides, then shrinkage) of ``log x``.
 
@@ -253,23 +267,24 @@ def _slice_log_nb(which, x0, cnt, nlk, ckm, n_labels, code, shape, rate, width, 
     (the old value is kept: counted by the caller, never silent).
     """
     u0 = math.log(x0)
-    gy = _hyper_logpdf(which, x0, cnt, nlk, ckm, n_labels, code, shape, rate) + u0
+    gy = _hyper_logpdf(which, x0, cnt, occ, nlk, ckm, n_labels, code, shape, rate) + u0
     gy += math.log(1.0 - np.random.random())  # noqa: NPY002 - in (0, 1]
     lo = u0 - width * np.random.random()  # noqa: NPY002
     hi = lo + width
     nl = int(max_steps * np.random.random())  # noqa: NPY002
     nh = max_steps - 1 - nl
-    while nl > 0 and _hyper_logpdf(which, math.exp(lo), cnt, nlk, ckm, n_labels, code, shape,
+    while nl > 0 and _hyper_logpdf(which, math.exp(lo), cnt, occ, nlk, ckm, n_labels, code, shape,
                                    rate) + lo > gy:
         lo -= width
         nl -= 1
-    while nh > 0 and _hyper_logpdf(which, math.exp(hi), cnt, nlk, ckm, n_labels, code, shape,
+    while nh > 0 and _hyper_logpdf(which, math.exp(hi), cnt, occ, nlk, ckm, n_labels, code, shape,
                                    rate) + hi > gy:
         hi += width
         nh -= 1
     for _ in range(200):
         u = lo + (hi - lo) * np.random.random()  # noqa: NPY002
-        if _hyper_logpdf(which, math.exp(u), cnt, nlk, ckm, n_labels, code, shape, rate) + u > gy:
+        if _hyper_logpdf(which, math.exp(u), cnt, occ, nlk, ckm, n_labels, code, shape,
+                         rate) + u > gy:
             return math.exp(u), 0
         if u < u0:
             lo = u
@@ -314,9 +329,10 @@ def _update_hyper(cnt, nlk, num, ckm, invden, Jbeta, inv1a, hyp, n_labels, code,
     kept the old value.
     """
     # np.int64(...): a plain constant would compile a specialisation of the callee per value
-    a0, f0 = _slice_log_nb(np.int64(0), hyp[0], cnt, nlk, ckm, n_labels, code, hyper_prior[0],
-                           hyper_prior[1], 1.0, np.int64(50))
-    beta, f1 = _slice_log_nb(np.int64(1), hyp[1], cnt, nlk, ckm, n_labels, code,
+    occ = _occupied(cnt)  # z is fixed during both updates
+    a0, f0 = _slice_log_nb(np.int64(0), hyp[0], cnt, occ, nlk, ckm, n_labels, code,
+                           hyper_prior[0], hyper_prior[1], 1.0, np.int64(50))
+    beta, f1 = _slice_log_nb(np.int64(1), hyp[1], cnt, occ, nlk, ckm, n_labels, code,
                              hyper_prior[2], hyper_prior[3], 1.0, np.int64(50))
     stats[5] += f0 + f1
     hyp[0], hyp[1] = a0, beta
