@@ -282,8 +282,8 @@ def test_fixed_truncation_that_fills_warns_and_says_how_often(prior):
 
 def test_fsd_without_truncation_uses_the_default_and_gibbs_refuses_none_for_fsd():
     import consensuskit as ck
-    from consensuskit.models.nbce.estimator import default_fsd_truncation
     from consensuskit.models.nbce.gibbs import gibbs_nbce
+    from consensuskit.models.nbce.truncation import default_fsd_truncation
 
     X = _many_cluster_data(n=60)
     m = ck.NBCE(prior="fsd", n_samples=5, burn_in=5, n_chains=2, random_state=0).fit(X)
@@ -297,7 +297,7 @@ def test_default_fsd_truncation_is_twice_the_dirichlet_process_expected_clusters
     """The rule, against the expected number of clusters of N draws from a DP(alpha0)
     summed term by term (the i-th point opens a cluster with probability
     alpha0 / (alpha0 + i)); at least DEFAULT_TRUNCATION, never smaller for more rows."""
-    from consensuskit.models.nbce.estimator import (
+    from consensuskit.models.nbce.truncation import (
         DEFAULT_TRUNCATION,
         FSD_TRUNCATION_ALPHA0,
         default_fsd_truncation,
@@ -317,7 +317,7 @@ def test_default_fsd_truncation_is_twice_the_dirichlet_process_expected_clusters
 def test_user_truncation_is_kept_and_variational_engines_keep_twenty():
     import consensuskit as ck
     from consensuskit.data.ensemble import as_ensemble
-    from consensuskit.models.nbce.estimator import DEFAULT_TRUNCATION, default_fsd_truncation
+    from consensuskit.models.nbce.truncation import DEFAULT_TRUNCATION, default_fsd_truncation
 
     X = _many_cluster_data(n=60)
     ens = as_ensemble(X)
