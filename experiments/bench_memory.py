@@ -104,22 +104,20 @@ def run_case(case, n, m, where=False, final_sweeps=60):
         from consensuskit.data.ensemble import Ensemble
 
         Ensemble.from_labels(X)
-    elif case in ("bce", "bce_float32", "bce_membership"):
+    elif case in ("bce", "bce_float32", "bce_membership", "bce_defaults"):
         from consensuskit import BCE
         from consensuskit.models.bce.collapsed_gibbs import CollapsedGibbsEM
 
         CollapsedGibbsEM.__init__.__kwdefaults__["final_sweeps"] = final_sweeps
-        est = BCE(n_clusters=4, max_iter=3, n_init=1, init="random", n_perplexity_samples=10,
-                  dtype="float32" if case == "bce_float32" else "float64",
-                  random_state=0).fit(X)
-        if case == "bce_membership":  # float64, and membership_ read after the fit
-            est.membership_  # noqa: B018  (formed on first read)
-    elif case == "bce_defaults":
-        from consensuskit import BCE
-        from consensuskit.models.bce.collapsed_gibbs import CollapsedGibbsEM
-
-        CollapsedGibbsEM.__init__.__kwdefaults__["final_sweeps"] = final_sweeps
-        BCE(n_clusters=4, random_state=0).fit(X)
+        if case == "bce_defaults":
+            BCE(n_clusters=4, random_state=0).fit(X)
+        else:
+            est = BCE(n_clusters=4, max_iter=3, n_init=1, init="random",
+                      n_perplexity_samples=10,
+                      dtype="float32" if case == "bce_float32" else "float64",
+                      random_state=0).fit(X)
+            if case == "bce_membership":  # float64, and membership_ read after the fit
+                est.membership_  # noqa: B018  (formed on first read)
     elif case in ("mm", "mm_restarts"):
         from consensuskit import MM
 

@@ -39,13 +39,12 @@ from consensuskit.models.nbce.predictive import (
 from consensuskit.models.nbce.priors import PRIORS, get_prior
 from consensuskit.models.nbce.truncation import (
     DEFAULT_TRUNCATION,
-    FSD_TRUNCATION_ALPHA0,
     MAX_TRUNCATION_BELOW_N,
     default_fsd_truncation,
 )
 from consensuskit.models.nbce.vb import VB
 
-__all__ = ["NBCE", "DEFAULT_TRUNCATION", "FSD_TRUNCATION_ALPHA0", "default_fsd_truncation"]
+__all__ = ["NBCE", "DEFAULT_TRUNCATION"]
 
 
 class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
