@@ -79,6 +79,20 @@ def _bce_row_subset():
     drive(engine, max_iter=engine.total_sweeps, tol=None, rng=np.random.RandomState(0))
 
 
+def _bce_importance_sampler():
+    """The importance sampler of BCE's row marginal (audition score and perplexity SE
+    where ``C(M + K, K)`` is beyond enumeration), which the warm-up's small fits do not
+    reach."""
+    import torch
+
+    from consensuskit.models.bce.alpha import mixture_log_weights_lik
+
+    gen = torch.Generator().manual_seed(0)
+    lik = torch.rand(4, 3, 2, generator=gen, dtype=torch.float64)
+    mixture_log_weights_lik(torch.ones(2, dtype=torch.float64), lik,
+                            torch.ones(4, 3, dtype=torch.float64), 2, gen, use_kernel=True)
+
+
 def _posterior_step():
     """Compile the partition-posterior kernels (SALSO search and losses)."""
     from consensuskit.posterior.warmup import warm_up as posterior_warm_up
@@ -91,6 +105,8 @@ OTHER_STEPS = [
     ("Partition posterior search", _posterior_step, ("consensuskit.posterior._kernels",)),
     ("MM potential for NUTS", _mm_potential, ("consensuskit.models.mm.potential",)),
     ("BCE row-subset Gibbs", _bce_row_subset, ("consensuskit.models.bce.gibbs_kernels",)),
+    ("BCE importance sampler", _bce_importance_sampler, ("consensuskit.models.bce.is_kernel",
+                                                         "consensuskit.models.vector_math")),
 ]
 
 

@@ -44,6 +44,7 @@ import torch
 
 from consensuskit.data.ensemble import Ensemble, LabelData
 from consensuskit.inference.pointwise import logmeanexp_rows
+from consensuskit.models.bce.is_kernel import path_log_weights
 
 __all__ = ["sequential_log_weights", "log_marginal", "refine_iw", "choose_start",
            "log_dirichlet_multinomial", "exact_log_marginal", "mixture_log_weights",
@@ -379,7 +380,8 @@ def mixture_log_weights(alpha, beta, data, n_samples: int, generator, rows=slice
 
 
 def mixture_log_weights_lik(alpha, lik, observed, n_samples: int, generator, *,
-                            seed_weight: float = 0.5, pseudo_count: float = 1.0):
+                            seed_weight: float = 0.5, pseudo_count: float = 1.0,
+                            use_kernel: bool | None = None):
     """Importance weights of ``p(row_i | alpha, ...)`` under a defensive mixture proposal.
 
     ``theta_i`` is integrated out; column ``c`` of row ``i`` contributes
@@ -401,11 +403,21 @@ def mixture_log_weights_lik(alpha, lik, observed, n_samples: int, generator, *,
     ``z`` computed along the way, so the estimate is unbiased for every ``alpha`` and its
     weights are at most ``1 / (1 - seed_weight)`` times the plain proposal's.
 
+    ``use_kernel``: walk the paths in :func:`~consensuskit.models.bce.is_kernel.
+    path_log_weights` (numba; same arithmetic on the same uniforms, so the same weights
+    to rounding) or in the torch loop below (the reference, and the only path off the CPU
+    or below float64).  Default: the kernel for float64 CPU tensors.
+
     Returns
     -------
     log_w : Tensor (S, n)
     """
     dt, dev = lik.dtype, lik.device
+    if use_kernel is None:
+        use_kernel = dev.type == "cpu" and dt == torch.float64
+    elif use_kernel and (dev.type != "cpu" or dt != torch.float64):
+        raise ValueError("use_kernel=True needs float64 CPU tensors; got "
+                         f"{dt} on {dev.type}")
     a = alpha.to(dt)
     n, C, K = lik.shape
     obs = observed.to(dt)
@@ -414,6 +426,15 @@ def mixture_log_weights_lik(alpha, lik, observed, n_samples: int, generator, *,
     comp_p = torch.cat([torch.full((n, 1), 1.0 - seed_weight, dtype=dt, device=dev),
                         seed_weight * r], 1)  # (n, K + 1)
     comp = torch.multinomial(comp_p, n_samples, replacement=True, generator=generator).T
+    if use_kernel:
+        # the same arithmetic on the same uniforms (drawn here, in the torch loop's order)
+        uniforms = torch.stack([torch.rand(n_samples, n, generator=generator, dtype=dt)
+                                for _ in range(C)]).permute(2, 0, 1)  # (n, C, S)
+        return torch.from_numpy(path_log_weights(
+            a.detach().numpy(), float(a.sum()), lik.detach().contiguous().numpy(),
+            obs.detach().contiguous().numpy(), comp.T.contiguous().numpy(),
+            uniforms.contiguous().numpy(),
+            torch.log(comp_p).detach().numpy(), float(pseudo_count)))
     seeded = torch.nn.functional.one_hot(comp, K + 1)[..., 1:].to(dt)  # (S, n, K)
     counts = lik.new_zeros(n_samples, n, K)
     log_p = lik.new_zeros(n_samples, n)
