@@ -169,3 +169,27 @@ def test_user_variants_ranked_by_compare_and_az_compare(split):
     loo = az.compare({n: fits[n].inference_data_ for n in ("NBCE", "hyperprior",
                                                            "reliability")})
     assert set(loo.index) == {"NBCE", "hyperprior", "reliability"}
+
+
+def _mm_learned_concentration(labels=None, *, n_labels, n_clusters, n_rows=None, **kw):
+    """MM whose label concentration is itself a sample site (a variant's hyper-prior)."""
+    import pyro
+    import pyro.distributions as dist
+
+    one = torch.ones((), dtype=torch.float64)
+    a = pyro.sample("label_concentration", dist.Gamma(one, one))
+    return mm.model(labels, n_labels=n_labels, n_clusters=n_clusters, n_rows=n_rows,
+                    label_prior=a, **kw)
+
+
+@pytest.mark.parametrize("model", [mm.model, bce.model, _mm_learned_concentration],
+                         ids=["MM", "BCE", "MM-learned-concentration"])
+def test_pyro_consensus_svi_with_several_particles(model, split):
+    """``num_particles > 1`` on the built-in specs and a hyper-prior variant: each raised
+    (shape errors of vectorised particles) before particles ran one after another."""
+    X, X_test = split
+    est = ck.PyroConsensus(model, n_clusters=3, random_state=0, num_particles=3, n_init=1,
+                           num_steps=20, min_steps=10, polish_steps=5, fit_particles=20,
+                           n_perplexity_samples=50, init_steps=10).fit(X)
+    assert np.isfinite(est.losses_).all() and len(est.losses_) >= 10
+    assert np.isfinite(est.perplexity(X_test, unknown="missing"))

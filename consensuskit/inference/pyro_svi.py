@@ -13,8 +13,8 @@ ways to feed it:
   (as long as the guide keeps no per-row parameters, e.g. MM's MAP guide).
 
 The ELBO is ``TraceEnum_ELBO`` when the model marks sites for enumeration (else
-``Trace_ELBO``), JIT-compiled with ``jit=True`` and with ``num_particles`` vectorised
-particles.  :class:`SVIDriverEngine` is SVI as an engine of the fit driver (state, one
+``Trace_ELBO``), JIT-compiled with ``jit=True``, averaging ``num_particles`` particles
+(one after another; see :func:`make_elbo`).  :class:`SVIDriverEngine` is SVI as an engine of the fit driver (state, one
 step, objective): :func:`fit_svi` runs it there; :class:`SVIEngine` is the bare step.
 """
 
@@ -45,8 +45,15 @@ def _has_enumeration(model, args, kwargs):
 
 
 def make_elbo(model, args, kwargs, *, max_plate_nesting, jit=False, num_particles=1,
-              vectorize_particles=True):
-    """The ELBO that fits ``model``: (Jit)TraceEnum_ELBO if it enumerates, else (Jit)Trace_ELBO."""
+              vectorize_particles=False):
+    """The ELBO that fits ``model``: (Jit)TraceEnum_ELBO if it enumerates, else (Jit)Trace_ELBO.
+
+    ``num_particles > 1`` runs the particles one after another by default: vectorised
+    particles need every site of the model and guide to broadcast over an extra batch
+    dimension on the left, which the built-in specs (a hyper-parameter ``.expand``-ed to a
+    label vector, BCE's integrated row latents in their own particle plate) and most
+    users' variants do not; ``vectorize_particles=True`` is for a model that does.
+    """
     enum = _has_enumeration(model, args, kwargs)
     if enum:
         cls = JitTraceEnum_ELBO if jit else TraceEnum_ELBO
