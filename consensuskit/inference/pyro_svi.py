@@ -14,8 +14,9 @@ ways to feed it:
 
 The ELBO is ``TraceEnum_ELBO`` when the model marks sites for enumeration (else
 ``Trace_ELBO``), JIT-compiled with ``jit=True``, averaging ``num_particles`` particles
-(one after another; see :func:`make_elbo`).  :class:`SVIDriverEngine` is SVI as an engine of the fit driver (state, one
-step, objective): :func:`fit_svi` runs it there; :class:`SVIEngine` is the bare step.
+(one after another; see :func:`make_elbo`).  :class:`SVIDriverEngine` is SVI as an engine
+of the fit driver (state, one step, objective): :func:`fit_svi` runs it there;
+:class:`SVIEngine` is the bare step.
 """
 
 from __future__ import annotations
