@@ -30,7 +30,7 @@ from consensuskit.models.vector_math import log_positive
 __all__ = ["path_log_weights"]
 
 
-_TINY = 2.2250738585072014e-308  # smallest normal float64: log_positive's domain
+_TINY = float(np.finfo(np.float64).tiny)  # smallest normal float64: log_positive's domain
 _OPTS = {"cache": True, "nogil": True, "error_model": "numpy", "no_cfunc_wrapper": True,
          "fastmath": {"contract", "arcp", "nsz"}}
 
