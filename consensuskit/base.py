@@ -53,8 +53,9 @@ def row_argmax(a, block_rows: int = ROW_BLOCK) -> np.ndarray:
 
 def normalised_rows(a, block_rows: int = ROW_BLOCK) -> np.ndarray:
     """``a / a.sum(1, keepdims=True)`` of an (N, K) array, a block of rows at a time (no
-    (N, 1) temporary; the same values)."""
-    out = np.empty_like(a)
+    (N, 1) temporary; the same values); float64 for integer ``a`` (counts), else ``a``'s
+    dtype."""
+    out = np.empty(a.shape, dtype=np.float64 if a.dtype.kind in "iub" else a.dtype)
     for start in range(0, a.shape[0], block_rows):
         rows = slice(start, start + block_rows)
         out[rows] = a[rows] / a[rows].sum(1, keepdims=True)
@@ -62,8 +63,8 @@ def normalised_rows(a, block_rows: int = ROW_BLOCK) -> np.ndarray:
 
 
 class RowNormalised:
-    """A fitted attribute that is another one normalised over its rows, computed on first
-    access and then kept (``membership_ = RowNormalised("gamma_")``).
+    """A fitted attribute that is another one (float, or integer counts) normalised over its
+    rows, computed on first access and then kept (``membership_ = RowNormalised("gamma_")``).
 
     The (N, K) array is not formed during ``fit``, so a fit's peak memory does not hold
     it beside what it is computed from (1.6 GB at N = 1e7, K = 4 in float64, issue 27);

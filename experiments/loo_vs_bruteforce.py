@@ -166,7 +166,7 @@ def main(quick=False, negative_control=False, only=None, datasets_=DATASETS, n_r
             if "negative control" in model:
                 def loglik(est):
                     C, S = est.samples_["log_joint"].shape
-                    return est._row_logliks_gibbs(est._idx_train).reshape(C, S, -1)
+                    return est._row_logliks_gibbs(est._train_index()).reshape(C, S, -1)
             r = check(make, how, ens, rows, loglik=loglik, progress=True)
             r.update(dataset=name, model=model, n_rows=n_rows,
                      z=r["diff"] / np.hypot(r["paired_se"], r["bruteforce_mcse"]))

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from consensuskit import BCE
+from consensuskit import BCE, NBCE
 from consensuskit.base import normalised_rows, row_argmax
 from consensuskit.data.ensemble import Ensemble
 from consensuskit.models.bce.collapsed_gibbs import CollapsedGibbsEM
 from consensuskit.models.mm import em as mm_em
+from consensuskit.models.nbce.gibbs import draw_memberships, draw_votes
 from consensuskit.posterior.search import _precedes
 
 
@@ -94,6 +95,45 @@ def test_bce_membership_is_formed_on_first_read_from_gamma(tmp_path, dtype):
     assert "membership_" not in vars(est) and est.membership_.shape == (300, 3)
     np.testing.assert_array_equal(est.membership_, normalised_rows(est.gamma_))
     assert not hasattr(BCE(n_clusters=3), "membership_")
+
+
+def test_nbce_membership_is_formed_from_integer_votes_on_first_read(tmp_path):
+    """A Gibbs fit keeps the draws' votes (uint16) and no offset index of the rows;
+    membership_ read is the float64 share of the draws, equal to draw_memberships' (what
+    fit formed before), kept, saved and loaded whether or not read; a CVB refit replaces it
+    and a Gibbs refit forms its own again."""
+    X = _labels(n=300, m=6, k=3)
+    kw = dict(truncation=6, n_samples=20, burn_in=5, n_chains=2, random_state=0)
+    est = NBCE(**kw).fit(X)
+    assert "membership_" not in vars(est)
+    assert est._membership_votes.dtype == np.uint16
+    assert not any(isinstance(v, np.ndarray) and v.shape == X.shape and v is not est.ensemble_.codes
+                   for v in vars(est).values()), "an (N, M) array is kept beside the codes"
+    est.save(tmp_path / "unread.ck")
+    Z = est.samples_["z"].reshape(-1, 300)
+    want, _ = draw_memberships(Z, est.labels_, est.samples_["counts"].shape[-1])
+    m = est.membership_
+    assert m.dtype == np.float64 and m.shape == (300, est.n_clusters_)
+    np.testing.assert_array_equal(m, want)
+    assert est.membership_ is m
+    est.save(tmp_path / "read.ck")
+    for name in ("unread.ck", "read.ck"):
+        np.testing.assert_array_equal(NBCE.load(tmp_path / name).membership_, m)
+    est.set_params(inference="cvb").fit(X)
+    assert "_membership_votes" not in vars(est)
+    np.testing.assert_allclose(est.membership_.sum(1), 1.0)
+    est.set_params(inference="gibbs").fit(X[:200])
+    assert "membership_" not in vars(est) and est.membership_.shape[0] == 200
+    assert not hasattr(NBCE(), "membership_")
+
+
+def test_draw_votes_widen_past_uint16_and_count_every_draw():
+    Z = np.zeros((2**16, 3), dtype=np.int64)
+    Z[::2, 2] = 1
+    votes, maps = draw_votes(Z, np.array([0, 0, 1]), 2)
+    assert votes.dtype == np.uint32
+    np.testing.assert_array_equal(votes.sum(1), 2**16)
+    np.testing.assert_array_equal(votes[2], [2**15, 2**15])
 
 
 def test_mm_narrow_group_codes_give_the_same_e_and_m_steps():

@@ -48,7 +48,7 @@ def test_nbce_gibbs_loo_matches_bruteforce_and_in_sample_counts_do_not():
     rows = np.arange(small.n_samples)
     est = _gibbs().fit(small)
     C, S = est.samples_["log_joint"].shape
-    in_sample = est._row_logliks_gibbs(est._idx_train).reshape(C, S, -1)
+    in_sample = est._row_logliks_gibbs(est._train_index()).reshape(C, S, -1)
     bf, bf_var = lbf.bruteforce(_gibbs, "predictive", small, rows)
     z = {}
     with warnings.catch_warnings():
@@ -75,7 +75,7 @@ def test_nbce_loo_loglik_is_the_collapsed_predictive_without_the_row(small):
                   prior="tsb").fit(small)
     ll = est.log_likelihood_draws()[0]
     o = est.samples_
-    idx = est._idx_train
+    idx = est._train_index()
     for s in range(3):
         z = o["z"][0, s].astype(int)
         for i in (0, 7, 29):

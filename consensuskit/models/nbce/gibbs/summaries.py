@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils import check_random_state
 
-__all__ = ["draw_counts", "co_clustering", "point_consensus", "draw_memberships",
-           "relabel_by_size", "split_rhat", "RHAT_THRESHOLD"]
+__all__ = ["draw_counts", "co_clustering", "point_consensus", "draw_votes",
+           "draw_memberships", "relabel_by_size", "split_rhat", "RHAT_THRESHOLD"]
 
 
 def draw_counts(idx, z, truncation, n_labels):
@@ -95,28 +95,35 @@ def point_consensus(z_draws, max_pairs=200_000, random_state=None):
     return relabel_by_size(Z[best]), best
 
 
-def draw_memberships(Z, labels, T):
-    """Soft consensus from draws ``Z`` (D, N) of components 0..T-1 and the consensus
-    ``labels`` (N,) 0..K-1, free of label switching.
+def draw_votes(Z, labels, T):
+    """Votes of draws ``Z`` (D, N) of components 0..T-1 for the consensus ``labels`` (N,)
+    0..K-1, free of label switching.
 
     Each draw's occupied components are mapped to the consensus cluster they overlap most
     (many to one: a component that ``labels`` splits goes to its larger part, two components
     that ``labels`` merges both go to the merged cluster), so every row gets one vote per
-    draw.  Returns ``membership`` (N, K), the share of draws voting for each cluster, and
-    ``maps`` (D, T), component -> consensus cluster (-1 for empty components).
+    draw.  Returns ``votes`` (N, K), the number of draws voting for each cluster (uint16,
+    or uint32 from 65,536 draws: a quarter of the float64 shares' memory), and ``maps``
+    (D, T), component -> consensus cluster (-1 for empty components).
     """
     D, N = Z.shape
     K = int(labels.max()) + 1
     maps = np.full((D, T), -1, dtype=np.int64)
-    member = np.zeros((N, K))
+    votes = np.zeros((N, K), dtype=np.uint16 if D < 2**16 else np.uint32)
     rows = np.arange(N)
     for s in range(D):
         cont = np.bincount(Z[s] * K + labels, minlength=T * K).reshape(T, K)
         occ = np.flatnonzero(cont.sum(1))
         maps[s, occ] = cont[occ].argmax(1)
-        member[rows, maps[s, Z[s]]] += 1.0  # one vote per row: no repeated index
-    member /= D
-    return member, maps
+        votes[rows, maps[s, Z[s]]] += 1  # one vote per row: no repeated index
+    return votes, maps
+
+
+def draw_memberships(Z, labels, T):
+    """``(membership (N, K), maps (D, T))``: :func:`draw_votes` as the share of the D draws
+    voting for each cluster (float64)."""
+    votes, maps = draw_votes(Z, labels, T)
+    return votes / np.float64(Z.shape[0]), maps
 
 
 def relabel_by_size(z):
