@@ -36,6 +36,7 @@ with each ``z_ij`` summed out by hand (``theta_i`` sampled on both sides).  ESS:
 ``alpha`` and ``beta`` (relabelled) and ``rho`` (label-free).  Also: leapfrog steps on both
 sides and our CPU per step (where the time goes), Pyro's own JIT potential+gradient, and
 MAP-SVI steps/s (ours on the traced MAP loss, NumPyro AutoDelta; both Adam 0.05).
+``--variant --svi-only``: the same without NUTS on either side (the SVI ratio in minutes).
 """
 
 from __future__ import annotations
@@ -215,7 +216,7 @@ def peer_variant(data_path, out_path):
     c0 = time.process_time()
     draws_a, draws_b, draws_r, div, steps = [], [], [], [], []
     rng = np.random.default_rng(seed)
-    for _ in range(chains):
+    for _ in range(chains):  # none with --svi-only
         mcmc = MCMC(NUTS(model, target_accept_prob=0.8, max_tree_depth=8), num_warmup=warmup,
                     num_samples=samples, num_chains=1, progress_bar=False)
         mcmc.run(jax.random.PRNGKey(int(rng.integers(2**31 - 1))), xc, obs,
@@ -227,8 +228,9 @@ def peer_variant(data_path, out_path):
         draws_r.append(np.asarray(s["rho"]))
         div.append(int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum()))
     out["nuts_cpu"] = time.process_time() - c0
-    np.savez(out_path + ".draws.npz", pi=np.stack(draws_a), theta=np.stack(draws_b),
-             extra=np.stack(draws_r))
+    if chains:
+        np.savez(out_path + ".draws.npz", pi=np.stack(draws_a), theta=np.stack(draws_b),
+                 extra=np.stack(draws_r))
     out["divergences"] = div
     out["sampling_steps"] = steps  # leapfrog steps per chain, sampling phase
     info = initialize_model(jax.random.PRNGKey(0), model, model_args=(xc, obs))
@@ -286,7 +288,6 @@ def our_variant(x, n_labels, args):
 
     from consensuskit.inference.compiled_mcmc import fit_nuts_compiled
     from consensuskit.inference.compiled_potential import traced_potential
-    from consensuskit.inference.compiled_svi import fit_map_svi_compiled
 
     torch.set_num_threads(1)
     lab = torch.as_tensor(x)
@@ -294,6 +295,9 @@ def our_variant(x, n_labels, args):
     c = time.process_time()
     tp = traced_potential(bce_reliability, (lab,), kw, max_plate_nesting=2,
                           compile=args.compile)
+    if not args.chains:  # --svi-only: the potential's build, then SVI
+        out = {"build": tp.build, "method": tp.method, "fallbacks": tp.fallbacks}
+        return _our_variant_svi(out, tp, lab, kw, args)
     s, info = fit_nuts_compiled(bce_reliability, lab, model_kwargs=kw,
                                 num_samples=args.samples, warmup_steps=args.warmup,
                                 num_chains=args.chains, seed=args.seed, potential=tp)
@@ -313,6 +317,14 @@ def our_variant(x, n_labels, args):
                                     jit_compile=True, skip_jit_warnings=True)
     q = {k: v.clone() for k, v in p.items()}
     out["grad pyro (jit)"] = median_cpu(lambda: potential_grad(pot, q), args.repeats, 10)
+    return _our_variant_svi(out, tp, lab, kw, args)
+
+
+def _our_variant_svi(out, tp, lab, kw, args):
+    """MAP-SVI steps/s on the traced potential's MAP loss (first run, with its graph's
+    build, apart from the median of the later runs) and one MAP loss + gradient."""
+    from consensuskit.inference.compiled_svi import fit_map_svi_compiled
+
     steps = args.svi_steps
     runs = []
     for r in range(args.repeats + 1):
@@ -322,6 +334,9 @@ def our_variant(x, n_labels, args):
     out["svi_first"] = steps / runs[0]
     out["svi"] = steps / float(np.median(runs[1:]))
     out["svi_final_loss"] = float(fit.losses[-1])
+    p = tp.init(np.random.default_rng(0))
+    parts = [p[k] for k in tp.names]
+    out["map_grad"] = median_cpu(lambda: tp.map_value_and_grad(*parts), args.repeats, 50)
     return out
 
 
@@ -447,6 +462,8 @@ def main():
     ap.add_argument("--variant", action="store_true",
                     help="notebook 03's BCE-with-reliability variant on its wine ensemble "
                          "(traced potential; defaults 2 x (300 + 300))")
+    ap.add_argument("--svi-only", action="store_true",
+                    help="--variant: MAP-SVI and the gradients only, no NUTS on either side")
     ap.add_argument("--compile", default="jit", choices=["fx", "jit", "inductor"],
                     help="executor of the traced potential (--variant): see "
                          "compiled_potential.traced_potential")
@@ -545,6 +562,8 @@ def run_peer(args, flag, x, n_labels):
             raise SystemExit("NumPyro side failed")
         with open(out) as f:
             peer = json.load(f)
+        if not args.chains:  # --svi-only
+            return peer
         d = np.load(out + ".draws.npz")
         peer["ess_min"], peer["ess_median"] = relabelled_min_ess(
             d["pi"], d["theta"], d["extra"] if "extra" in d else None)
@@ -558,8 +577,19 @@ def main_variant(args):
         args.warmup = args.samples = 300  # the issue's 2 x (300 + 300)
     x, n_labels = wine_ensemble()
     args.k = 3
+    if args.svi_only:
+        args.chains = 0
     peer = run_peer(args, "--peer-variant", x, n_labels)
     ours = our_variant(x, n_labels, args)
+    if args.svi_only:
+        print(f"BCE-with-reliability (notebook 03), wine ensemble N={x.shape[0]}, "
+              f"M={x.shape[1]}, K=3; MAP-SVI only (Adam 0.05, full batch, {args.svi_steps} "
+              f"steps, median of {args.repeats} runs after a first); CPU, one thread; ours: "
+              f"{ours['method']} MAP loss")
+        _print_variant_svi(ours, peer)
+        print(f"    one MAP loss + gradient: ours {ours['map_grad'] * 1e6:.0f} us; "
+              f"one potential + gradient (NUTS'): NumPyro {peer['grad_cpu'] * 1e6:.0f} us")
+        return
     print(f"BCE-with-reliability (notebook 03), wine ensemble N={x.shape[0]}, M={x.shape[1]}, "
           f"K=3, {args.chains} x ({args.warmup} + {args.samples}); CPU s, one thread; "
           f"ours: {ours['method']} potential")
@@ -580,6 +610,12 @@ def main_variant(args):
         print(f"leapfrog steps, sampling phase: ours {ours_steps}, NumPyro {peer_steps}; "
               f"ours all phases {ours['all_steps']}: {ours['cpu'] / ours['all_steps'] * 1e6:.0f}"
               f" us CPU per step, of which the potential+gradient {ours['grad'] * 1e6:.0f} us")
+        _print_variant_svi(ours, peer)
+    print(f"    potential build: {ours['build']}; fallbacks: {ours['fallbacks'] or 'none'}")
+
+
+def _print_variant_svi(ours, peer):
+    if peer:
         print(f"SVI MAP steps/s: ours {ours['svi']:.0f} (first run, MAP graph built: "
               f"{ours['svi_first']:.0f}), NumPyro svi.run {peer['svi_steps_per_s']:.0f} "
               f"(first run {peer['svi_steps_per_s_first']:.0f}, stepwise jitted update "
@@ -587,7 +623,6 @@ def main_variant(args):
               f"{ours['svi'] / peer['svi_steps_per_s']:.3g}"
               f" (first runs {ours['svi_first'] / peer['svi_steps_per_s_first']:.3g}); final loss "
               f"ours {ours['svi_final_loss']:.2f}, NumPyro {peer['svi_final_loss']:.2f}")
-    print(f"    potential build: {ours['build']}; fallbacks: {ours['fallbacks'] or 'none'}")
 
 
 if __name__ == "__main__":
