@@ -160,6 +160,7 @@ def salso_search(lab, k, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_s
 
     cm_dtype = np.uint16 if N < 65535 else np.uint32
     fdo = np.concatenate([[0.0], fd])  # fdo[c] = fd[c - 1]
+    fd = fdo[1:]  # the same values in the same buffer (8 B per item less at the peak)
     Dfull = np.zeros(S)
     _k.draw_sums(lab, L, ftab, Dfull)
 
