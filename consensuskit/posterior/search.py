@@ -187,9 +187,11 @@ def salso_search(lab, k, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_s
         with ThreadPoolExecutor(max_workers=workers) as ex:
             list(ex.map(one, range(n_runs)))
     best = best_run[0]
-    _, first = np.unique(best_z, return_index=True)
-    order = np.argsort(np.argsort(first))  # labels numbered by first appearance
-    labels = order[np.unique(best_z, return_inverse=True)[1].ravel()].astype(np.int64)
+    # labels numbered by first appearance, in one pass (np.unique's sorts took four
+    # (N,) int64 temporaries at the fit's peak, issue 27)
+    labels = np.empty((N, 1), dtype=np.int64)
+    _k.relabel_rows(best_z[None, :], labels, np.empty(1, dtype=np.int64))
+    labels = labels.reshape(N)
     info = SearchInfo(
         loss=name, a=a, expected_loss=float(infos[best, 0]),
         n_clusters=int(labels.max()) + 1, max_n_clusters=maxk,

@@ -127,7 +127,17 @@ def draw_memberships(Z, labels, T):
 
 
 def relabel_by_size(z):
-    """Relabel a partition to 0..K-1 with cluster 0 the largest."""
+    """Relabel a partition to 0..K-1 with cluster 0 the largest (ties: the smaller label
+    first).  Non-negative labels below ``len(z)`` are counted with ``np.bincount`` (no
+    (N,) int64 temporaries beyond the result; absent labels count 0 and rank last, so
+    the result is ``np.unique``'s), others through ``np.unique``."""
+    z = np.asarray(z)
+    if z.size and np.issubdtype(z.dtype, np.integer) and z.min() >= 0 and z.max() < z.size:
+        cnt = np.bincount(z.reshape(-1))
+        order = np.argsort(-cnt, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        return rank[z].astype(np.int64, copy=False)
     uniq, inv, cnt = np.unique(z, return_inverse=True, return_counts=True)
     order = np.argsort(-cnt, kind="stable")
     rank = np.empty_like(order)
