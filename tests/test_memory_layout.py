@@ -13,7 +13,7 @@ from consensuskit.base import normalised_rows, row_argmax
 from consensuskit.data.ensemble import Ensemble
 from consensuskit.models.bce.collapsed_gibbs import CollapsedGibbsEM
 from consensuskit.models.mm import em as mm_em
-from consensuskit.models.nbce.gibbs import draw_memberships, draw_votes
+from consensuskit.models.nbce.gibbs import draw_memberships, draw_votes, relabel_by_size
 from consensuskit.posterior.search import _precedes
 
 
@@ -134,6 +134,25 @@ def test_draw_votes_widen_past_uint16_and_count_every_draw():
     assert votes.dtype == np.uint32
     np.testing.assert_array_equal(votes.sum(1), 2**16)
     np.testing.assert_array_equal(votes[2], [2**15, 2**15])
+
+
+def test_relabel_by_size_by_bincount_equals_the_np_unique_ranking():
+    """Small non-negative labels take the bincount path, others np.unique's; both give
+    np.unique's ranking (largest first, ties by the smaller label), int64."""
+    def by_unique(z):
+        _, inv, cnt = np.unique(z, return_inverse=True, return_counts=True)
+        rank = np.empty(cnt.size, dtype=np.int64)
+        rank[np.argsort(-cnt, kind="stable")] = np.arange(cnt.size)
+        return rank[inv]
+
+    rng = np.random.default_rng(0)
+    for t in range(500):
+        n = int(rng.integers(1, 60))
+        z = rng.integers(0, int(rng.integers(1, 2 * n + 3)), size=n)
+        z = [z, z.astype(np.int8) if z.max() < 127 else z, z * 1000, z - 3][t % 4]
+        got = relabel_by_size(z)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, by_unique(z))
 
 
 def test_mm_narrow_group_codes_give_the_same_e_and_m_steps():
