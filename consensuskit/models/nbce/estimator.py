@@ -34,10 +34,11 @@ from consensuskit.models.nbce.gibbs import (
 )
 from consensuskit.models.nbce.predictive import (
     component_loglik,
+    leave_one_out_logliks,
     log_dirichlet,
     predictive_parameters,
 )
-from consensuskit.models.nbce.priors import PRIORS, get_prior
+from consensuskit.models.nbce.priors import PRIORS
 from consensuskit.models.nbce.truncation import (
     DEFAULT_TRUNCATION,
     MAX_TRUNCATION_BELOW_N,
@@ -637,41 +638,15 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         theta are conjugate (Dirichlet / stick-breaking) given the other rows' counts.
         """
         idx = self._train_index()
-        n, M = idx.shape
         o = self.samples_
         D = o["log_joint"].size
-        T = o["counts"].shape[-1]
-        prior = get_prior(o["prior"])
-        n_labels = np.asarray(o["n_labels"])
-        obs = idx >= 0
-        safe = np.where(obs, idx, 0)
-        col_of_obs = np.broadcast_to(np.arange(M), idx.shape)
-        rows = max(1, min(n, block_elements // (T * max(M, 1))))
-        out = np.empty((D, n))
-        for d0 in range(D):
-            ds = slice(d0, d0 + 1)
-            Nk, Nkl, Nkm, z = self._draw_counts(ds)
-            Nk, Nkl, Nkm, z = Nk[0], Nkl[0], Nkm[0], z[0]
-            a0 = float(np.asarray(o["alpha0"]).reshape(D)[d0])
-            b = float(np.asarray(o["beta"]).reshape(D)[d0])
-            log_num = np.log(b + Nkl)  # (T, L)
-            log_den = np.log(n_labels[None, :] * b + Nkm)  # (T, M)
-            for r0 in range(0, n, rows):
-                rs = slice(r0, min(n, r0 + rows))
-                zi = z[rs]  # (r,)
-                ob, sf, cj = obs[rs], safe[rs], col_of_obs[rs]
-                # every component with the full counts: (T, r)
-                full = np.where(ob[None], log_num[:, sf] - log_den[:, cj], 0.0).sum(-1)
-                # the row's own component with its labels removed from the counts: (r,)
-                # (unobserved entries read a dummy count: replaced by 1 before the log)
-                num = np.where(ob, b + Nkl[zi[:, None], sf] - 1.0, 1.0)
-                den = np.where(ob, n_labels[None, :] * b + Nkm[zi[:, None], cj] - 1.0, 1.0)
-                own = (np.log(num) - np.log(den)).sum(-1)
-                full[zi, np.arange(zi.size)] = own
-                nk = np.repeat(Nk[None], zi.size, 0)
-                nk[np.arange(zi.size), zi] -= 1.0
-                lw = prior.conditional_log_weights(nk, a0)  # (r, T)
-                out[d0, rs] = logsumexp(lw.T + full, axis=0)
+        out = np.empty((D, idx.shape[0]))
+        for d in range(D):
+            Nk, Nkl, Nkm, z = (a[0] for a in self._draw_counts(slice(d, d + 1)))
+            out[d] = leave_one_out_logliks(
+                idx, z, Nk, Nkl, Nkm, float(np.asarray(o["alpha0"]).reshape(D)[d]),
+                float(np.asarray(o["beta"]).reshape(D)[d]), np.asarray(o["n_labels"]),
+                o["prior"], block_elements)
         return out
 
     def _pointwise_log_likelihood(self, ensemble: Ensemble):
