@@ -478,14 +478,20 @@ def salso_run(lab, L, code, a, ftab, fd, fdo, Dfull, maxk, max_scans, max_zealou
     sc = np.zeros(maxk + 1)
     tmpE = np.zeros(maxk + 1)
     scans = np.zeros(1, dtype=np.int64)
-    perm = np.random.permutation(N)
+    # the scan order and a random start as int32, drawn element by element: the same
+    # numbers as np.random.permutation(N) and randint(0, maxk, N) without their (N,) int64
+    # arrays (each parallel run holds these: issue 27)
+    perm = np.arange(N, dtype=np.int32)
+    np.random.shuffle(perm)
     nocc = 0
     sequential = np.random.random() < prob_sequential
     if sequential:
         nocc = _allocation_scan(perm, code, a, maxk, lab, z, size, cm, dm, T, D, st, ftab, fd,
                                 occ, pos, nocc, cand, sc, tmpE)
     else:
-        zr = np.random.randint(0, maxk, N).astype(np.int32)
+        zr = np.empty(N, dtype=np.int32)
+        for i in range(N):
+            zr[i] = np.random.randint(0, maxk)
         nocc = _rebuild(zr, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos)
     if sweeten:
         nocc = _sweeten_any(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T, D,
