@@ -127,6 +127,24 @@ def test_nbce_membership_is_formed_from_integer_votes_on_first_read(tmp_path):
     assert not hasattr(NBCE(), "membership_")
 
 
+def test_nbce_scores_from_z_equal_the_stored_count_tables():
+    """Without stored count tables (kept only while small) the scores recount each draw
+    from z and the training index, built once per call: the same LOO, in-sample and
+    held-out log-likelihoods and predict_proba as from the tables."""
+    X = _labels(n=120, m=5, k=3)
+    est = NBCE(truncation=6, n_samples=6, burn_in=3, n_chains=2, random_state=0).fit(X)
+    assert "label_counts" in est.samples_
+    new = _labels(n=30, m=5, k=3, seed=1)
+    want = (est._row_logliks_loo(), est._row_logliks_gibbs(est._train_index()),
+            est.predict_proba(new), est._posterior_predictive_draws(np.random.RandomState(0)))
+    for key in ("label_counts", "col_counts"):
+        del est.samples_[key]
+    got = (est._row_logliks_loo(), est._row_logliks_gibbs(est._train_index()),
+           est.predict_proba(new), est._posterior_predictive_draws(np.random.RandomState(0)))
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=0)
+
+
 def test_draw_votes_widen_past_uint16_and_count_every_draw():
     Z = np.zeros((2**16, 3), dtype=np.int64)
     Z[::2, 2] = 1

@@ -318,6 +318,12 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         small = np.int16 if ens.n_total_labels <= np.iinfo(np.int16).max else np.int32
         return ens.offset_index(small, order="C")
 
+    def _count_index(self):
+        """The training index a loop over draws passes to :meth:`_draw_parameters` and
+        :meth:`_draw_counts` (built once, not per draw), or None when the draws' count
+        tables are stored and it is not needed."""
+        return None if "label_counts" in self.samples_ else self._train_index()
+
     def _fit_gibbs(self, ens, T, rs, resume=None):
         out = gibbs_nbce(
             self._train_index(ens), ens.n_labels, T, prior=self.prior, alpha0=self.alpha0,
@@ -537,10 +543,11 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         Z = self.samples_["z"].reshape(-1, self.samples_["z"].shape[-1])
         return co_clustering(Z, pairs)
 
-    def _draw_parameters(self, draws):
+    def _draw_parameters(self, draws, train_idx=None):
         """Posterior-mean ``(log pi (d, T), log theta (d, T, L))`` given the draws
         ``draws`` (a slice or integer array over chains x draws, chains stacked), from
-        their stored count tables or, when those were too large to keep, from their z."""
+        their stored count tables or, when those were too large to keep, from their z and
+        ``train_idx`` (:meth:`_count_index`; built here when None)."""
         o = self.samples_
         T = o["counts"].shape[-1]
         D = o["log_joint"].size
@@ -549,7 +556,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             Nkm = o["col_counts"].reshape(D, T, -1)[draws]
         else:
             z = o["z"].reshape(D, -1)[draws]
-            idx = self._train_index()
+            idx = self._train_index() if train_idx is None else train_idx
             Nkl, Nkm = (np.stack(a) for a in zip(*(
                 draw_counts(idx, zd, T, o["n_labels"]) for zd in z)))
         return predictive_parameters(
@@ -558,12 +565,12 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             np.asarray(o["beta"], dtype=np.float64).reshape(D, 1, 1)[draws],
             o["n_labels"], o["prior"])
 
-    def _draw_loglik(self, s, idx):
+    def _draw_loglik(self, s, idx, train_idx=None):
         """Draw s (chains stacked): log pi_k + log p(x_i | theta_k) for its occupied
         components, (n, K_occ), their indices, and the row log-likelihood (n,)
         including the empty components (which share theta_kl = 1/k_j, so they are
         scored once with their summed weight)."""
-        lp, lt = (a[0] for a in self._draw_parameters(slice(s, s + 1)))
+        lp, lt = (a[0] for a in self._draw_parameters(slice(s, s + 1), train_idx))
         Nk = self.samples_["counts"].reshape(-1, lp.size)[s]
         occ = np.flatnonzero(Nk > 0)
         empty = np.flatnonzero(Nk == 0)
@@ -591,9 +598,10 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         rows = max(1, min(n, block_elements // T))
         draws = max(1, block_elements // (T * rows))
         out = np.empty((D, n))
+        train_idx = self._count_index()
         for d0 in range(0, D, draws):
             ds = slice(d0, min(D, d0 + draws))
-            lp, lt = self._draw_parameters(ds)
+            lp, lt = self._draw_parameters(ds, train_idx)
             for r0 in range(0, n, rows):
                 rs = slice(r0, min(n, r0 + rows))
                 ll = np.repeat(lp[:, :, None], rs.stop - rs.start, axis=2)  # (d, T, r)
@@ -602,9 +610,10 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
                 out[ds, rs] = logsumexp(ll, axis=1)
         return out
 
-    def _draw_counts(self, draws):
+    def _draw_counts(self, draws, train_idx=None):
         """Counts of the draws ``draws`` (slice over chains x draws): ``N_k`` (d, T), ``N_kl``
-        (d, T, L), ``N_kj`` (d, T, M) and ``z`` (d, N)."""
+        (d, T, L), ``N_kj`` (d, T, M) and ``z`` (d, N); ``train_idx`` as for
+        :meth:`_draw_parameters`."""
         o = self.samples_
         T = o["counts"].shape[-1]
         D = o["log_joint"].size
@@ -616,7 +625,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             Nkl = o["label_counts"].reshape(D, T, -1)[draws]
             Nkm = o["col_counts"].reshape(D, T, -1)[draws]
         else:
-            idx = self._train_index()
+            idx = self._train_index() if train_idx is None else train_idx
             Nkl, Nkm = (np.stack(a) for a in zip(*(
                 draw_counts(idx, zd, T, o["n_labels"]) for zd in z)))
         return (o["counts"].reshape(D, T)[draws].astype(np.float64),
@@ -642,7 +651,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         D = o["log_joint"].size
         out = np.empty((D, idx.shape[0]))
         for d in range(D):
-            Nk, Nkl, Nkm, z = (a[0] for a in self._draw_counts(slice(d, d + 1)))
+            Nk, Nkl, Nkm, z = (a[0] for a in self._draw_counts(slice(d, d + 1), idx))
             out[d] = leave_one_out_logliks(
                 idx, z, Nk, Nkl, Nkm, float(np.asarray(o["alpha0"]).reshape(D)[d]),
                 float(np.asarray(o["beta"]).reshape(D)[d]), np.asarray(o["n_labels"]),
@@ -751,8 +760,9 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         gen = np.random.default_rng(rng.randint(2**31 - 1))
         out = np.empty((C * S, N, M), dtype=np.int64)
         beta = np.asarray(self.samples_["beta"], dtype=np.float64).reshape(-1)
+        train_idx = self._count_index()
         for d in range(C * S):
-            _, Nkl, _, z = self._draw_counts(slice(d, d + 1))
+            _, Nkl, _, z = self._draw_counts(slice(d, d + 1), train_idx)
             for j in range(M):
                 lt = log_dirichlet(gen, beta[d] + Nkl[0][:, off[j]:off[j + 1]])  # (T, k_j)
                 cdf = np.cumsum(np.exp(lt[z[0]]), axis=1)  # (N, k_j)
@@ -816,8 +826,9 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             return p / p.sum(1, keepdims=True)
         C, S = self.samples_["log_joint"].shape
         P = np.zeros((n, K))
+        train_idx = self._count_index()
         for s in range(C * S):
-            lj, occ, total = self._draw_loglik(s, idx)
+            lj, occ, total = self._draw_loglik(s, idx, train_idx)
             r = np.exp(lj - total[:, None])  # responsibilities of the occupied components
             mp = self._draw_maps[s][occ]
             ok = np.flatnonzero(mp >= 0)
