@@ -133,16 +133,13 @@ def relabel_by_size(z):
     the result is ``np.unique``'s), others through ``np.unique``."""
     z = np.asarray(z)
     if z.size and np.issubdtype(z.dtype, np.integer) and z.min() >= 0 and z.max() < z.size:
-        cnt = np.bincount(z.reshape(-1))
-        order = np.argsort(-cnt, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size)
-        return rank[z].astype(np.int64, copy=False)
-    uniq, inv, cnt = np.unique(z, return_inverse=True, return_counts=True)
+        inv, cnt = z, np.bincount(z.reshape(-1))
+    else:
+        _, inv, cnt = np.unique(z, return_inverse=True, return_counts=True)
     order = np.argsort(-cnt, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    return rank[inv].astype(np.int64)
+    return rank[inv].astype(np.int64, copy=False)
 
 
 #: split R-hat of the log joint above which NBCE's Gibbs chains count as in separate modes
