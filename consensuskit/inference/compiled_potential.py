@@ -187,25 +187,27 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
         u = pot(dict(zip(names, leaves)))
         return (u.detach(), *torch.autograd.grad(u, leaves))
 
-    # -log p(X, T(u)): Pyro's potential on the constrained values (identity transforms, so
-    # no Jacobian term), fed T(u).  Adding the Jacobian back to U instead computed it twice
-    # (about a sixth of the MAP loss's graph on notebook 03's variant).
-    constrained_init = {k: transforms[k].inv(init[k]).detach() for k in names}
-    _, joint, _, _ = initialize_model(
-        model, model_args, model_kwargs, max_plate_nesting=max_plate_nesting,
-        transforms={k: identity_transform for k in names}, initial_params=constrained_init,
-        jit_compile=False)
+    def map_loss():
+        # -log p(X, T(u)): Pyro's potential on the constrained values (identity transforms,
+        # so no Jacobian term), fed T(u).  Adding the Jacobian back to U instead computed it
+        # twice (about a sixth of the MAP loss's graph on notebook 03's variant).
+        constrained_init = {k: transforms[k].inv(init[k]).detach() for k in names}
+        _, joint, _, _ = initialize_model(
+            model, model_args, model_kwargs, max_plate_nesting=max_plate_nesting,
+            transforms={k: identity_transform for k in names},
+            initial_params=constrained_init, jit_compile=False)
 
-    def map_value_and_grad(*parts):
-        leaves = [p.detach().requires_grad_(True) for p in parts]
-        u = joint({k: transforms[k].inv(v) for k, v in zip(names, leaves)})
-        return (u.detach(), *torch.autograd.grad(u, leaves))
+        def map_value_and_grad(*parts):
+            leaves = [p.detach().requires_grad_(True) for p in parts]
+            u = joint({k: transforms[k].inv(v) for k, v in zip(names, leaves)})
+            return (u.detach(), *torch.autograd.grad(u, leaves))
+        return map_value_and_grad
 
     fallbacks: list = []
     build: dict = {}
     fn, method = _compiled(value_and_grad, example, points, executor, verify > 0,
                            (atol, rtol), fallbacks, build)
-    map_fn = _LazyCompiled(map_value_and_grad, example, points, executor, verify > 0,
+    map_fn = _LazyCompiled(map_loss, example, points, executor, verify > 0,
                            (atol, rtol), fallbacks)
     return FlatPotential(names, shapes, transforms, _split_output(fn), method, prior,
                          _split_output(map_fn), fallbacks=fallbacks, build=build)
@@ -326,16 +328,18 @@ def _mismatch(fn, reference, points, tolerance):
 
 
 class _LazyCompiled:
-    """The MAP loss's graph, built on its first call (NUTS never needs it)."""
+    """The MAP loss's graph, built on its first call (NUTS never needs it): ``make()``
+    returns the function to trace, so the work of setting it up is deferred too."""
 
-    def __init__(self, function, example, points, executor, verify, tolerance, fallbacks):
-        self._args = (function, example, points, executor, verify, tolerance, fallbacks)
+    def __init__(self, make, example, points, executor, verify, tolerance, fallbacks):
+        self._make = make
+        self._args = (example, points, executor, verify, tolerance, fallbacks)
         self._fn = None
         self.build: dict = {}
 
     def __call__(self, *parts):
         if self._fn is None:
-            self._fn, _ = _compiled(*self._args, self.build)
+            self._fn, _ = _compiled(self._make(), *self._args, self.build)
         return self._fn(*parts)
 
 
