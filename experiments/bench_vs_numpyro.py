@@ -477,6 +477,8 @@ def main():
     if args.peer_variant:
         peer_variant(*args.peer_variant)
         return
+    if args.svi_only and not args.variant:
+        raise SystemExit("--svi-only is an option of --variant")
     if args.variant:
         return main_variant(args)
     x = planted(args.n, args.m, args.k, seed=args.seed)
@@ -587,8 +589,9 @@ def main_variant(args):
               f"steps, median of {args.repeats} runs after a first); CPU, one thread; ours: "
               f"{ours['method']} MAP loss")
         _print_variant_svi(ours, peer)
+        peer_grad = f"{peer['grad_cpu'] * 1e6:.0f} us" if peer else "(no peer)"
         print(f"    one MAP loss + gradient: ours {ours['map_grad'] * 1e6:.0f} us; "
-              f"one potential + gradient (NUTS'): NumPyro {peer['grad_cpu'] * 1e6:.0f} us")
+              f"one potential + gradient (NUTS'): NumPyro {peer_grad}")
         return
     print(f"BCE-with-reliability (notebook 03), wine ensemble N={x.shape[0]}, M={x.shape[1]}, "
           f"K=3, {args.chains} x ({args.warmup} + {args.samples}); CPU s, one thread; "
