@@ -123,10 +123,13 @@ def minka_eta(clab, ccol, label_column, n_labels, eta, *, n_iter: int = 100,
         eta <- eta sum_{r,h} [psi(c_rh + eta) - psi(eta)]
                / sum_{j,h} k_j [psi(c_jh + k_j eta) - psi(k_j eta)]
 
-    Returns ``(eta, clipped)``.  (The iteration runs in a numba kernel,
-    :func:`~consensuskit.models.bce.gibbs_kernels.minka_eta_iterate`.)
+    Returns ``(eta, clipped)``.  The fixed point's limit, the maximum-likelihood ``eta``
+    given the counts, is found by Newton's method in ``log eta`` (a few steps where the
+    iteration above takes 30-100; in a numba kernel,
+    :func:`~consensuskit.models.bce.gibbs_kernels.minka_eta_newton`); ``n_iter`` caps its
+    steps and ``rtol`` is the relative move at which it stops.
     """
-    e = gibbs_kernels.minka_eta_iterate(
+    e = gibbs_kernels.minka_eta_newton(
         np.ascontiguousarray(clab, dtype=np.float64), np.ascontiguousarray(ccol,
                                                                            dtype=np.float64),
         np.ascontiguousarray(n_labels, dtype=np.float64), float(eta), int(n_iter),
