@@ -465,7 +465,12 @@ def salso_run(lab, L, code, a, ftab, fd, fdo, Dfull, maxk, max_scans, max_zealou
     Memory O(S Lmax maxk) for the tables; each scan costs O(N S K)."""
     np.random.seed(seed)
     N, S = lab.shape
-    z = np.full(N, -1, dtype=np.int32)
+    # the partition is built in the caller's buffer, and the random start's labels and the
+    # zealous updates' saved partition share one more: each parallel run holds three (N,)
+    # int32 arrays with the scan order (issue 27)
+    z = z_out
+    z[:] = -1
+    spare = np.empty(N, dtype=np.int32)
     size = np.zeros(maxk, dtype=np.int64)
     cm[:] = 0  # (S, L, maxk) counts, uint16 when N < 65535 (half the cache footprint)
     dm = np.zeros((S if code >= NVI else 0, L), dtype=np.int32)
@@ -489,10 +494,9 @@ def salso_run(lab, L, code, a, ftab, fd, fdo, Dfull, maxk, max_scans, max_zealou
         nocc = _allocation_scan(perm, code, a, maxk, lab, z, size, cm, dm, T, D, st, ftab, fd,
                                 occ, pos, nocc, cand, sc, tmpE)
     else:
-        zr = np.empty(N, dtype=np.int32)
         for i in range(N):
-            zr[i] = np.random.randint(0, maxk)
-        nocc = _rebuild(zr, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos)
+            spare[i] = np.random.randint(0, maxk)
+        nocc = _rebuild(spare, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos)
     if sweeten:
         nocc = _sweeten_any(perm, max_scans, scans, code, a, maxk, lab, z, size, cm, dm, T, D,
                             st, ftab, fd, fdo, occ, pos, nocc, cand, sc, tmpE)
@@ -501,7 +505,7 @@ def salso_run(lab, L, code, a, ftab, fd, fdo, Dfull, maxk, max_scans, max_zealou
     attempts = 0
     order = occ[:nocc].copy()
     np.random.shuffle(order)
-    saved = np.empty(N, dtype=np.int32)
+    saved = spare
     for t in range(order.shape[0]):
         k = order[t]
         if size[k] <= 1:
@@ -510,7 +514,7 @@ def salso_run(lab, L, code, a, ftab, fd, fdo, Dfull, maxk, max_scans, max_zealou
             break
         attempts += 1
         saved[:] = z
-        items = np.empty(size[k], dtype=np.int64)
+        items = np.empty(size[k], dtype=np.int32)
         m = 0
         for i in range(N):
             if z[i] == k:
@@ -557,7 +561,6 @@ def salso_run(lab, L, code, a, ftab, fd, fdo, Dfull, maxk, max_scans, max_zealou
             if code >= NVI:
                 d += ftab[dm[s, l]]
         acc += draw_loss(code, a, e, d if code >= NVI else Dfull[s], t, float(N))
-    z_out[:] = z
     info[0] = acc / S
     info[1] = scans[0]
     info[2] = accepts

@@ -168,7 +168,6 @@ def salso_search(lab, k, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_s
         cm = np.empty((S, L, maxk), dtype=cm_dtype)
         with lock:
             z = free.pop()
-        z[:] = 0
         _k.salso_run(lab, L, code, a, ftab, fd, fdo, Dfull, maxk, max_scans, max_zealous, p,
                      bool(sweeten), int(seeds[r]), cm, z, infos[r])
         with lock:
