@@ -154,6 +154,32 @@ def test_draw_votes_widen_past_uint16_and_count_every_draw():
     np.testing.assert_array_equal(votes[2], [2**15, 2**15])
 
 
+def test_draw_votes_kernel_equals_the_contingency_argmax():
+    """Each draw's component goes to the consensus cluster it overlaps most (the first on
+    ties, as argmax), empty components to -1, and each row gets its component's vote;
+    any integer type of draws."""
+    rng = np.random.default_rng(3)
+    for t in range(200):
+        N, D = int(rng.integers(1, 80)), int(rng.integers(1, 6))
+        T, K = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+        Z = rng.integers(0, T, (D, N)).astype([np.int16, np.int32, np.int64][t % 3])
+        labels = rng.integers(0, K, N)
+        Kl = int(labels.max()) + 1
+        want_maps = np.full((D, T), -1)
+        want_votes = np.zeros((N, Kl), dtype=np.int64)
+        for s in range(D):
+            cont = np.zeros((T, Kl), dtype=np.int64)
+            np.add.at(cont, (Z[s], labels), 1)
+            for c in range(T):
+                if cont[c].sum():
+                    want_maps[s, c] = int(np.argmax(cont[c]))
+            want_votes[np.arange(N), want_maps[s, Z[s]]] += 1
+        votes, maps = draw_votes(Z, labels, T)
+        assert votes.dtype == np.uint16
+        np.testing.assert_array_equal(maps, want_maps)
+        np.testing.assert_array_equal(votes, want_votes)
+
+
 def test_relabel_by_size_by_bincount_equals_the_np_unique_ranking():
     """Small non-negative labels take the bincount path, others np.unique's; both give
     np.unique's ranking (largest first, ties by the smaller label), int64."""
