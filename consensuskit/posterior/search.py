@@ -144,7 +144,8 @@ def salso_search(lab, k, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_s
         seeds = rng.integers(0, 2**31 - 1, size=n_runs)
     else:
         seeds = rng.randint(0, 2**31 - 1, size=n_runs)
-    ftab, fd = f_table(code, N)
+    ftab, fdo = f_table(code, N)
+    fd = fdo[1:]  # a view: f(c+1) - f(c), and fdo[c] = fd[c - 1]
     if n_jobs is None:
         n_jobs = min(n_runs, os.cpu_count() or 1)
     n_jobs = _check_int(n_jobs, "n_jobs", 1)
@@ -159,8 +160,6 @@ def salso_search(lab, k, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_s
     lab = np.ascontiguousarray(lab)
 
     cm_dtype = np.uint16 if N < 65535 else np.uint32
-    fdo = np.concatenate([[0.0], fd])  # fdo[c] = fd[c - 1]
-    fd = fdo[1:]  # the same values in the same buffer (8 B per item less at the peak)
     Dfull = np.zeros(S)
     _k.draw_sums(lab, L, ftab, Dfull)
 
