@@ -32,6 +32,7 @@ resumes)::
     python experiments/bce_grid.py --N 1000 10000 --seeds 0 1 --nbce --out grid.jsonl
     python experiments/bce_grid.py --K 2 5 --M 4 10 --alpha 0.1 1 --kj 3 --N 1000
     python experiments/bce_grid.py --cells 2,4,0.1,3 12,40,1,6 --N 10000 --seeds 0
+    python experiments/bce_grid.py --report grid.jsonl [--baseline earlier.jsonl]
 """
 
 from __future__ import annotations
@@ -213,10 +214,30 @@ def report(path):
                   f"(median {np.median(sa):.2f}, {sa.size} rows)")
 
 
+def compare(path, baseline):
+    """The default's held-out perplexity over the oracle's and its CPU, ``path``'s rows
+    against the same cells and seeds in ``baseline`` (an earlier ``--out`` file)."""
+    def key(r):
+        return tuple(r[k] for k in ("K", "M", "alpha", "kj", "N", "seed"))
+
+    old = {key(r): r for r in map(json.loads, open(baseline)) if "error" not in r}
+    new = [r for r in map(json.loads, open(path)) if "error" not in r and key(r) in old]
+    d = np.array([r["default"] for r in new])
+    o = np.array([old[key(r)]["default"] for r in new])
+    cpu_new = sum(r["cpu"]["default"] for r in new)
+    cpu_old = sum(old[key(r)]["cpu"]["default"] for r in new)
+    print(f"\nagainst {baseline}, {len(new)} rows in both: default/oracle "
+          f"{d.min():.4f} - {d.max():.4f} (baseline {o.min():.4f} - {o.max():.4f}); "
+          f"difference mean {np.mean(d - o):+.5f}, largest |.| {np.max(np.abs(d - o)):.5f}; "
+          f"default CPU in all {cpu_new:.0f} s (baseline {cpu_old:.0f} s)")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--report", default=None, metavar="FILE",
                     help="print a --out file's rows and the must-show checks, then exit")
+    ap.add_argument("--baseline", default=None, metavar="FILE",
+                    help="with --report: compare with an earlier --out file's same cells")
     ap.add_argument("--K", type=int, nargs="+", default=[2, 3, 5, 8, 12])
     ap.add_argument("--M", type=int, nargs="+", default=[4, 10, 20, 40])
     ap.add_argument("--alpha", type=float, nargs="+", default=[0.1, 0.3, 1.0])
@@ -235,7 +256,10 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="JSON lines file; cells in it are skipped")
     args = ap.parse_args(argv)
     if args.report:
-        return report(args.report)
+        report(args.report)
+        if args.baseline:
+            compare(args.report, args.baseline)
+        return None
     torch.set_num_threads(1)
     done = set()
     if args.out and os.path.exists(args.out):
