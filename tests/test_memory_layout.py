@@ -13,7 +13,12 @@ from consensuskit.base import normalised_rows, row_argmax
 from consensuskit.data.ensemble import Ensemble
 from consensuskit.models.bce.collapsed_gibbs import CollapsedGibbsEM
 from consensuskit.models.mm import em as mm_em
-from consensuskit.models.nbce.gibbs import draw_memberships, draw_votes, relabel_by_size
+from consensuskit.models.nbce.gibbs import (
+    draw_counts,
+    draw_memberships,
+    draw_votes,
+    relabel_by_size,
+)
 from consensuskit.posterior.search import _precedes
 
 
@@ -178,6 +183,28 @@ def test_draw_votes_kernel_equals_the_contingency_argmax():
         assert votes.dtype == np.uint16
         np.testing.assert_array_equal(maps, want_maps)
         np.testing.assert_array_equal(votes, want_votes)
+
+
+def test_draw_counts_kernel_counts_every_observed_label():
+    """N_kl and N_kj of one draw against np.add.at over the observed positions, for the
+    index and assignment types the sampler stores (missing labels skipped)."""
+    rng = np.random.default_rng(4)
+    for t in range(100):
+        N, M, T = int(rng.integers(1, 60)), int(rng.integers(1, 6)), int(rng.integers(1, 7))
+        kj = rng.integers(1, 5, M)
+        offsets = np.concatenate([[0], np.cumsum(kj)])
+        idx = (rng.integers(0, 60, (N, M)) % kj + offsets[:-1]).astype(
+            [np.int16, np.int32][t % 2])
+        idx[rng.random((N, M)) < 0.25] = -1
+        z = rng.integers(0, T, N).astype([np.int32, np.int64][(t // 2) % 2])
+        rows, cols = np.nonzero(idx >= 0)
+        want_kl = np.zeros((T, int(kj.sum())), dtype=np.int64)
+        want_km = np.zeros((T, M), dtype=np.int64)
+        np.add.at(want_kl, (z[rows], idx[rows, cols]), 1)
+        np.add.at(want_km, (z[rows], cols), 1)
+        Nkl, Nkm = draw_counts(idx, z, T, kj)
+        np.testing.assert_array_equal(Nkl, want_kl)
+        np.testing.assert_array_equal(Nkm, want_km)
 
 
 def test_relabel_by_size_by_bincount_equals_the_np_unique_ranking():
