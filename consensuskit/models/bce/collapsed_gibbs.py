@@ -19,7 +19,8 @@ hyper-parameters:
   collapsed Gibbs (Griffiths & Steyvers 2004; kernel in
   :mod:`consensuskit.models.bce.gibbs_kernels`), with ``beta_jh ~ Dirichlet(eta)``,
   a symmetric prior whose ``eta`` is estimated too;
-* ``alpha`` (asymmetric) and ``eta`` by Minka's fixed point on the sampled counts,
+* ``alpha`` (asymmetric) and ``eta`` by Minka's fixed point on the sampled counts
+  (``eta`` at its limit, found by Newton's method: :func:`minka_eta`), ``alpha``
   computed from count histograms (Wallach 2008; Wallach, Mimno & McCallum 2009,
   "Rethinking LDA: why priors matter", who show that an asymmetric ``alpha`` estimated
   this way is what fits held-out documents)::
