@@ -23,7 +23,8 @@ FAMILY = Family(
                    + (dict(n_samples=2, burn_in=1, n_chains=2),),
                    ("consensuskit.models.nbce.gibbs.kernels",
                     "consensuskit.models.nbce.gibbs.moves",
-                    "consensuskit.models.nbce.gibbs.split_merge")),
+                    "consensuskit.models.nbce.gibbs.split_merge",
+                    "consensuskit.models.nbce.gibbs.summaries")),
     demo=(("NBCE (Gibbs)", dict(truncation=10, n_samples=100, burn_in=100, n_chains=2)),),
     tiny_fit={"truncation": 4, "n_samples": 5, "burn_in": 2, "n_chains": 1},
     k_param="truncation", order=40)

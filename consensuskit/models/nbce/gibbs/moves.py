@@ -199,32 +199,84 @@ def identical_row_groups(idx):
         return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     if M > _ROW_HASH_WEIGHTS.size:
         return _identical_row_groups_exact(idx)
-    # a column at a time: (N,) temporaries, not (N, M) int64 and row copies
-    h = np.zeros(N, dtype=np.int64)
-    for j in range(M):
-        h += idx[:, j].astype(np.int64) * _ROW_HASH_WEIGHTS[j]  # wraps modulo 2^64
+    # the hashes and the runs of equal hashes in compiled passes: the (N,) int64 and bool
+    # temporaries of the vectorised version (about 40 B per row) were an NBCE fit's peak
+    # at 1e7 rows (issue 27); what is held is the hashes and the sort order
+    h = np.empty(N, dtype=np.int64)
+    _row_hashes(idx, _ROW_HASH_WEIGHTS, h)
     order = np.argsort(h, kind="stable")
-    h.sort(kind="stable")  # in place: the sorted hashes without another (N,) array
-    same = h[1:] == h[:-1]  # sorted row r + 1 has the hash of row r
-    del h
-    starts = np.flatnonzero(np.concatenate([[True], ~same]))
-    counts = np.diff(np.append(starts, N))
-    # every row equal to the row before it in its hash group, so to the group's first
-    # (compared a column at a time: (N,) int16/int32 temporaries, no group index)
-    for j in range(M):
-        col = idx[:, j][order]
-        if not np.array_equal(col[1:][same], col[:-1][same]):
-            return _identical_row_groups_exact(idx)
-    del same
-    keep = np.flatnonzero(counts >= 2)
-    if not keep.size:
+    n_runs = _count_runs(h, order)
+    if not n_runs:
         return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    reps = idx[order[starts[keep]]]
-    keep = keep[np.lexsort(reps.T[::-1])]  # column 0 most significant, as np.unique
+    starts = np.empty(n_runs, dtype=np.int64)
+    counts = np.empty(n_runs, dtype=np.int64)
+    _fill_runs(h, order, starts, counts)
+    del h
+    # every row of a run equal to the run's first (a hash collision: the exact grouping)
+    if not _runs_identical(idx, order, starts, counts):
+        return _identical_row_groups_exact(idx)
+    reps = idx[order[starts]]
+    keep = np.lexsort(reps.T[::-1])  # column 0 most significant, as np.unique
     lens = counts[keep]
     ptr = np.concatenate([[0], np.cumsum(lens)])
     pos = np.repeat(starts[keep] - ptr[:-1], lens) + np.arange(ptr[-1])
     return ptr.astype(np.int64), order[pos].astype(np.int64)
+
+
+@numba.njit(**_ENTRY)
+def _row_hashes(idx, weights, h):
+    """``h[i] = sum_j idx[i, j] * weights[j]`` in int64, wrapping modulo 2^64."""
+    N, M = idx.shape
+    for i in range(N):
+        acc = np.int64(0)
+        for j in range(M):
+            acc += np.int64(idx[i, j]) * weights[j]
+        h[i] = acc
+
+
+@numba.njit(**_ENTRY)
+def _count_runs(h, order):
+    """The number of runs of >= 2 equal hashes in the order ``order``."""
+    n = 0
+    length = 1
+    for t in range(1, order.shape[0]):
+        if h[order[t]] == h[order[t - 1]]:
+            length += 1
+            if length == 2:
+                n += 1
+        else:
+            length = 1
+    return n
+
+
+@numba.njit(**_ENTRY)
+def _fill_runs(h, order, starts, counts):
+    """Start (a position in ``order``) and length of each run of >= 2 equal hashes."""
+    r = 0
+    first = 0
+    N = order.shape[0]
+    for t in range(1, N + 1):
+        if t < N and h[order[t]] == h[order[first]]:
+            continue
+        if t - first >= 2:
+            starts[r] = first
+            counts[r] = t - first
+            r += 1
+        first = t
+
+
+@numba.njit(**_ENTRY)
+def _runs_identical(idx, order, starts, counts):
+    """Whether every row of each run equals the run's first row."""
+    M = idx.shape[1]
+    for r in range(starts.shape[0]):
+        a = order[starts[r]]
+        for t in range(starts[r] + 1, starts[r] + counts[r]):
+            b = order[t]
+            for j in range(M):
+                if idx[b, j] != idx[a, j]:
+                    return False
+    return True
 
 
 def _identical_row_groups_exact(idx):
