@@ -205,12 +205,13 @@ def identical_row_groups(idx):
     h = np.empty(N, dtype=np.int64)
     _row_hashes(idx, _ROW_HASH_WEIGHTS, h)
     order = np.argsort(h, kind="stable")
-    n_runs = _count_runs(h, order)
+    none = np.zeros(0, dtype=np.int64)
+    n_runs = _equal_hash_runs(h, order, none, none)  # count them, then fill them in
     if not n_runs:
-        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.zeros(1, dtype=np.int64), none
     starts = np.empty(n_runs, dtype=np.int64)
     counts = np.empty(n_runs, dtype=np.int64)
-    _fill_runs(h, order, starts, counts)
+    _equal_hash_runs(h, order, starts, counts)
     del h
     # every row of a run equal to the run's first (a hash collision: the exact grouping)
     if not _runs_identical(idx, order, starts, counts):
@@ -235,23 +236,11 @@ def _row_hashes(idx, weights, h):
 
 
 @numba.njit(**_ENTRY)
-def _count_runs(h, order):
-    """The number of runs of >= 2 equal hashes in the order ``order``."""
-    n = 0
-    length = 1
-    for t in range(1, order.shape[0]):
-        if h[order[t]] == h[order[t - 1]]:
-            length += 1
-            if length == 2:
-                n += 1
-        else:
-            length = 1
-    return n
-
-
-@numba.njit(**_ENTRY)
-def _fill_runs(h, order, starts, counts):
-    """Start (a position in ``order``) and length of each run of >= 2 equal hashes."""
+def _equal_hash_runs(h, order, starts, counts):
+    """The runs of >= 2 equal hashes in the order ``order``: returns how many there are,
+    and writes each one's start (a position in ``order``) and length to ``starts`` and
+    ``counts`` when they have room for all of them (empty arrays: count only)."""
+    fill = starts.shape[0] > 0
     r = 0
     first = 0
     N = order.shape[0]
@@ -259,10 +248,12 @@ def _fill_runs(h, order, starts, counts):
         if t < N and h[order[t]] == h[order[first]]:
             continue
         if t - first >= 2:
-            starts[r] = first
-            counts[r] = t - first
+            if fill:
+                starts[r] = first
+                counts[r] = t - first
             r += 1
         first = t
+    return r
 
 
 @numba.njit(**_ENTRY)
