@@ -451,7 +451,7 @@ def _rebuild(zsrc, lab, z, size, cm, dm, T, D, st, ftab, fd, occ, pos):
 
 
 @njit(**_JIT)
-def salso_run(lab, L, code, a, ftab, fd, fdo, Dfull, maxk, max_scans, max_zealous, prob_sequential,
+def salso_run(lab, L, code, a, ftab, fdo, Dfull, maxk, max_scans, max_zealous, prob_sequential,
               sweeten, seed, cm, z_out, info):
     """One SALSO run (Dahl, Johnson & Mueller 2022): initial partition by sequential allocation
     in a random order (probability ``prob_sequential``) or uniformly random labels in
@@ -465,6 +465,7 @@ def salso_run(lab, L, code, a, ftab, fd, fdo, Dfull, maxk, max_scans, max_zealou
     Memory O(S Lmax maxk) for the tables; each scan costs O(N S K)."""
     np.random.seed(seed)
     N, S = lab.shape
+    fd = fdo[1:]  # f(c + 1) - f(c): the same buffer (see losses.f_table)
     # the partition is built in the caller's buffer, and the random start's labels and the
     # zealous updates' saved partition share one more: each parallel run holds three (N,)
     # int32 arrays with the scan order (issue 27)

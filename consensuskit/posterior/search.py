@@ -145,7 +145,6 @@ def salso_search(lab, k, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_s
     else:
         seeds = rng.randint(0, 2**31 - 1, size=n_runs)
     ftab, fdo = f_table(code, N)
-    fd = fdo[1:]  # a view: f(c+1) - f(c), and fdo[c] = fd[c - 1]
     if n_jobs is None:
         n_jobs = min(n_runs, os.cpu_count() or 1)
     n_jobs = _check_int(n_jobs, "n_jobs", 1)
@@ -167,7 +166,7 @@ def salso_search(lab, k, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_s
         cm = np.empty((S, L, maxk), dtype=cm_dtype)
         with lock:
             z = free.pop()
-        _k.salso_run(lab, L, code, a, ftab, fd, fdo, Dfull, maxk, max_scans, max_zealous, p,
+        _k.salso_run(lab, L, code, a, ftab, fdo, Dfull, maxk, max_scans, max_zealous, p,
                      bool(sweeten), int(seeds[r]), cm, z, infos[r])
         with lock:
             if _precedes(infos[:, 0], r, best_run[0]):
