@@ -280,7 +280,7 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             return self.alpha_estimate
         return "gibbs" if self.inference == "cavi" else "meanfield"
 
-    def initial_beta(self, ensemble, K, rs, *, kmeans_rows=20000):
+    def initial_beta(self, ensemble, K, rs, *, kmeans_rows=initialise.KMEANS_MAX_ROWS):
         """A starting beta (K, sum_j k_j) by this estimator's ``init`` ("kmeans": from a
         k-means of the rows' one-hot labels, on at most ``kmeans_rows`` random rows;
         "seeded"; "random"), drawn from ``rs`` (a RandomState); one call per restart, in

@@ -10,11 +10,14 @@ import torch
 
 from consensuskit.models.bce.cavi import update_beta
 
-__all__ = ["init_beta_kmeans", "init_beta_seeded", "init_beta_random"]
+__all__ = ["init_beta_kmeans", "init_beta_seeded", "init_beta_random", "KMEANS_MAX_ROWS"]
+
+#: rows a k-means start sees by default (a random subset above it)
+KMEANS_MAX_ROWS = 20000
 
 
 def init_beta_kmeans(ensemble, n_clusters: int, random_state, *, smoothing: float = 1e-2,
-                     max_rows: int = 20000, n_jobs: int | None = None):
+                     max_rows: int = KMEANS_MAX_ROWS, n_jobs: int | None = None):
     """Initial beta from k-means on the one-hot labels, as a ``(K, L)`` float64 array.
 
     k-means (``n_init=1``) runs on at most ``max_rows`` randomly chosen rows of the
