@@ -59,7 +59,9 @@ def planted_codes(rng, N, M, k, n_clusters=10, noise=0.2):
 
 def numpy_sweep(st: GibbsState, n_points: int, rng) -> None:
     """Reference: the same collapsed conditional in plain numpy, one point at a time."""
-    idx, z, cnt, nlk, ckm = st.idx, st.z, st.cnt, st.nlk, st.ckm
+    codes, offsets = st.rows
+    idx = np.where(codes >= 0, codes + offsets, -1)  # the global label index
+    z, cnt, nlk, ckm = st.z, st.cnt, st.nlk, st.ckm
     T = st.T
     a0, b = st.alpha0, st.beta
     Jb = st.n_labels * b

@@ -14,11 +14,15 @@ from consensuskit.data.ensemble import Ensemble
 from consensuskit.models.bce.collapsed_gibbs import CollapsedGibbsEM
 from consensuskit.models.mm import em as mm_em
 from consensuskit.models.nbce.gibbs import (
+    GibbsState,
     draw_counts,
     draw_memberships,
     draw_votes,
+    gibbs_nbce,
     relabel_by_size,
 )
+from consensuskit.models.nbce.gibbs.kernels import _seed
+from consensuskit.models.nbce.gibbs.state import sampler_rows
 from consensuskit.posterior.search import _precedes
 
 
@@ -205,6 +209,65 @@ def test_draw_counts_kernel_counts_every_observed_label():
         Nkl, Nkm = draw_counts(idx, z, T, kj)
         np.testing.assert_array_equal(Nkl, want_kl)
         np.testing.assert_array_equal(Nkm, want_km)
+        # the sampler's layout: per-column codes (F-ordered as the ensemble keeps them)
+        codes = np.asfortranarray(np.where(idx >= 0, idx - offsets[:-1], -1).astype(np.int8))
+        Nkl, Nkm = draw_counts((codes, offsets[:-1]), z, T, kj)
+        np.testing.assert_array_equal(Nkl, want_kl)
+        np.testing.assert_array_equal(Nkm, want_km)
+
+
+@pytest.mark.parametrize("prior,truncation", [("tsb", None), ("fsd", 6), ("tsb", 5)])
+def test_nbce_sampler_on_codes_and_offsets_runs_the_chain_of_the_global_index(prior,
+                                                                               truncation):
+    """The sampler reads the ensemble's int8 codes with the columns' offsets (one byte per
+    label) where it read the int16 global index (two): every move (sweep, split-merge,
+    group moves, label swaps, hyper-parameters) gives the same chain, bit for bit."""
+    X = _labels(n=150, m=6, k=4, seed=3, missing=0.15)
+    X[40:60] = X[40]  # a group of identical rows, for the group moves
+    ens = Ensemble.from_labels(X)
+    assert ens.codes.dtype == np.int8 and not ens.codes.flags.c_contiguous
+    runs = {}
+    for name, lab in (("index", ens.offset_index(np.int16, order="C")),
+                      ("codes", (ens.codes, ens.offsets))):
+        out = gibbs_nbce(lab, ens.n_labels, truncation, prior=prior, n_samples=8, burn_in=4,
+                         n_chains=2, n_jobs=1, random_state=5)
+        runs[name] = out
+    a, b = runs["index"], runs["codes"]
+    assert a["move_stats"][:, :4].sum() > 0  # split-merge proposals were made
+    for key in ("z", "counts", "log_joint", "alpha0", "beta", "move_stats"):
+        np.testing.assert_array_equal(b[key], a[key], err_msg=key)
+    rows = sampler_rows((ens.codes, ens.offsets))
+    assert rows[0].dtype == np.int8 and rows[0].flags.c_contiguous
+    np.testing.assert_array_equal(np.where(rows[0] >= 0, rows[0] + rows[1], -1),
+                                  ens.offset_index())
+
+
+def test_sampler_rows_rejects_what_is_not_codes_and_offsets():
+    codes = np.zeros((4, 3), dtype=np.int8)
+    with pytest.raises(ValueError, match="signed integers"):
+        sampler_rows((codes.astype(np.float64), np.zeros(3)))
+    with pytest.raises(ValueError, match="3 columns need 3 offsets"):
+        sampler_rows((codes, np.zeros(2)))
+
+
+def test_a_gibbs_state_pickled_with_its_global_index_resumes_on_codes():
+    """A chain checkpointed before the kernels read (codes, offsets) held ``idx``: it is
+    read back as the index with zero offsets, and sweeps on as before."""
+    ens = Ensemble.from_labels(_labels(n=80, m=4, k=3, seed=2))
+    idx = ens.offset_index(np.int16, order="C")
+    z0 = np.arange(80) % 3
+    old = GibbsState(idx, ens.n_labels, z0, 5, 1.0, 0.5, "fsd")
+    state = dict(vars(old))
+    state["idx"] = state.pop("rows")[0]
+    back = GibbsState.__new__(GibbsState)
+    back.__setstate__(state)
+    new = GibbsState((ens.codes, ens.offsets), ens.n_labels, z0, 5, 1.0, 0.5, "fsd")
+    _seed(9)
+    back.iterate(3, True)
+    _seed(9)
+    new.iterate(3, True)
+    np.testing.assert_array_equal(back.z, new.z)
+    np.testing.assert_array_equal(back.nlk, new.nlk)
 
 
 def test_relabel_by_size_by_bincount_equals_the_np_unique_ranking():

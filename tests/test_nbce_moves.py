@@ -143,7 +143,7 @@ def test_invariance_check_has_power():
             k = np.random.default_rng(int(st.z.sum()) + g).integers(0, T)
             z = st.z.copy()
             z[rows] = k
-            st.__init__(st.idx, st.n_labels, z, T, A0, B, st.prior)
+            st.__init__(st.rows, st.n_labels, z, T, A0, B, st.prior)
 
     draws, p, _ = _after_move("fsd", wrong, reps=1000)
     assert _chi2_pvalue(draws, p) < 1e-6

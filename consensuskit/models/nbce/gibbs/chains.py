@@ -14,7 +14,7 @@ from sklearn.utils import check_random_state
 
 from consensuskit.inference.driver import Engine
 from consensuskit.inference.driver import fit as drive
-from consensuskit.models.nbce.gibbs.state import GibbsState, gibbs_step, sampler_index
+from consensuskit.models.nbce.gibbs.state import GibbsState, gibbs_step, sampler_rows
 from consensuskit.models.nbce.priors import get_prior
 
 __all__ = ["Chain", "ChainPlan", "ChainRuns", "GibbsChains", "gibbs_nbce", "INITIAL_TABLE_SIZE",
@@ -48,10 +48,10 @@ class GibbsChains(Engine):
     Arguments as :func:`gibbs_nbce`; ``chain_seeds`` (n_chains,) seeds the chains.
     """
 
-    def __init__(self, idx, n_labels, truncation, *, prior, alpha0, beta,
+    def __init__(self, rows, n_labels, truncation, *, prior, alpha0, beta,
                  update_hyperparameters, hyper_prior, n_samples, burn_in, thin, init,
                  store_z, store_counts, n_split_merge, chain_seeds, unbounded=False):
-        self.idx = idx
+        self.rows = rows
         self.n_labels = n_labels
         self.T = int(truncation)
         self.unbounded = bool(unbounded)
@@ -66,7 +66,7 @@ class GibbsChains(Engine):
         self.chain_seeds = np.asarray(chain_seeds)
 
     def _empty_draws(self, T=None):
-        N, M = self.idx.shape
+        N, M = self.rows[0].shape
         S, T, L = self.S, self.T if T is None else int(T), int(np.sum(self.n_labels))
         d = {"counts": np.zeros((S, T), dtype=np.int64), "log_joint": np.zeros(S),
              "n_occupied": np.zeros(S, dtype=np.int64), "alpha0": np.zeros(S),
@@ -82,10 +82,10 @@ class GibbsChains(Engine):
         crng = np.random.RandomState(int(self.chain_seeds[run]))
         if self.z0 is None:
             # unbounded: the tables' last component starts empty
-            z0 = crng.randint(0, self.T - self.unbounded, size=self.idx.shape[0])
+            z0 = crng.randint(0, self.T - self.unbounded, size=self.rows[0].shape[0])
         else:
             z0 = self.z0[run] if self.z0.ndim == 2 else self.z0
-        g = GibbsState(self.idx, self.n_labels, z0, self.T, self.alpha0, self.beta, self.prior,
+        g = GibbsState(self.rows, self.n_labels, z0, self.T, self.alpha0, self.beta, self.prior,
                        unbounded=self.unbounded)
         return Chain(g, crng, 0, self._empty_draws(g.T))
 
@@ -238,12 +238,12 @@ class ChainRuns:
 INITIAL_TABLE_SIZE = 20
 
 
-def _plan(idx, n_labels, truncation, *, prior, alpha0, beta, update_hyperparameters,
+def _plan(rows, n_labels, truncation, *, prior, alpha0, beta, update_hyperparameters,
           hyper_prior, n_samples, burn_in, thin, n_chains, n_split_merge, n_jobs, init, rng,
           store_z, store_counts, callback, checkpoint, resume) -> ChainPlan:
     """Check the arguments of :func:`gibbs_nbce` and build its :class:`ChainPlan`."""
     prior_obj = get_prior(prior)
-    N, M = idx.shape
+    N, M = rows[0].shape
     unbounded = truncation is None
     if unbounded and prior_obj.code != 0:
         raise ValueError("truncation=None (no truncation) needs prior='tsb'; FSD is "
@@ -263,7 +263,7 @@ def _plan(idx, n_labels, truncation, *, prior, alpha0, beta, update_hyperparamet
     chain_seeds = rng.randint(0, 2**31 - 1, size=C)
     if resume is not None and "chain_seeds" in resume:
         chain_seeds = np.asarray(resume["chain_seeds"])
-    engine = GibbsChains(idx, n_labels, T, prior=prior_obj, alpha0=alpha0, beta=beta,
+    engine = GibbsChains(rows, n_labels, T, prior=prior_obj, alpha0=alpha0, beta=beta,
                          update_hyperparameters=update_hyperparameters,
                          hyper_prior=hyper_prior, n_samples=S, burn_in=burn_in, thin=thin,
                          init=init, store_z=store_z, store_counts=store_counts,
@@ -355,9 +355,12 @@ def gibbs_nbce(
 
     Parameters
     ----------
-    idx : int array, shape (N, M)
-        Global label index (:meth:`Ensemble.offset_index`), ``-1`` missing; read as
-        int16 when it is int16 (no copy: fewer than 32,768 labels), else as int32.
+    idx : int array, shape (N, M), or a pair ``(codes, offsets)``
+        Global label index (:meth:`Ensemble.offset_index`), ``-1`` missing, read as
+        int16 when it is int16 (no copy: fewer than 32,768 labels), else as int32; or
+        the labels' codes per column (N, M) (``-1`` missing) with each column's offset
+        (M,), read as C-ordered codes of their own type (:func:`~consensuskit.models.
+        nbce.gibbs.state.sampler_rows`: int8 codes take half the int16 index's memory).
     n_labels : int array, shape (M,)
         ``k_j``.
     truncation : int or None
@@ -416,8 +419,8 @@ def gibbs_nbce(
         every draw), ``unbounded``, ``n_labels``.
     """
     rng = check_random_state(random_state)
-    idx = sampler_index(idx)
-    plan = _plan(idx, n_labels, truncation, prior=prior, alpha0=alpha0, beta=beta,
+    rows = sampler_rows(idx)
+    plan = _plan(rows, n_labels, truncation, prior=prior, alpha0=alpha0, beta=beta,
                  update_hyperparameters=update_hyperparameters, hyper_prior=hyper_prior,
                  n_samples=n_samples, burn_in=burn_in, thin=thin, n_chains=n_chains,
                  n_split_merge=n_split_merge, n_jobs=n_jobs, init=init, rng=rng,

@@ -53,10 +53,21 @@ _BLOCK = 16  # columns between underflow checks
 
 
 @numba.njit(**_HOT)
-def _slot_update(n, k, s, delta, idx, nlk, ckm, snum, sinv, beta, Jbeta):
+def _label(rows, n, m):
+    """The global label of row ``n`` in column ``m`` (``offsets[m] + code``), -1 where
+    missing; ``rows = (codes (N, M), offsets (M,))`` as :func:`~consensuskit.models.nbce.
+    gibbs.state.sampler_rows` builds it."""
+    c = rows[0][n, m]
+    if c < 0:
+        return np.int64(-1)
+    return rows[1][m] + c
+
+
+@numba.njit(**_HOT)
+def _slot_update(n, k, s, delta, rows, nlk, ckm, snum, sinv, beta, Jbeta):
     """Counts of component k (in slot s) after adding (+1) or removing (-1) row n."""
-    for m in range(idx.shape[1]):
-        l = idx[n, m]
+    for m in range(rows[0].shape[1]):
+        l = _label(rows, n, m)
         if l >= 0:
             c = nlk[l, k] + delta
             nlk[l, k] = c
@@ -67,11 +78,11 @@ def _slot_update(n, k, s, delta, idx, nlk, ckm, snum, sinv, beta, Jbeta):
 
 
 @numba.njit(**_INNER)
-def _move(n, k, delta, idx, cnt, nlk, num, ckm, invden, beta, Jbeta):
+def _move(n, k, delta, rows, cnt, nlk, num, ckm, invden, beta, Jbeta):
     """Add (delta=+1) or remove (delta=-1) point n to/from cluster k (tables in
     component order: slot k is component k)."""
     cnt[k] += delta
-    _slot_update(n, k, k, delta, idx, nlk, ckm, num, invden, beta, Jbeta)
+    _slot_update(n, k, k, delta, rows, nlk, ckm, num, invden, beta, Jbeta)
 
 
 @numba.njit(**_INNER, fastmath=True)
@@ -181,19 +192,19 @@ def _slot_occupy(k, slot_of, comp_of, occ):
 
 
 @numba.njit(**_HOT)
-def _slot_likelihood(n, idx, snum, sinv, ns, lik):
+def _slot_likelihood(n, rows, snum, sinv, ns, lik):
     """Rescaled likelihood of row ``n``'s labels under slots ``0..ns-1`` into ``lik``.
 
     Every factor ``(beta + N_{k,x_nj}) / (k_j beta + N_{kj})`` is at most 1; every
     ``_BLOCK`` columns the products are divided by their maximum if it fell below
     ``_TINY`` (a common factor), so no weight that matters underflows for any M.
     """
-    M = idx.shape[1]
+    M = rows[0].shape[1]
     for s in range(ns):
         lik[s] = 1.0
     for m0 in range(0, M, _BLOCK):
         for m in range(m0, min(M, m0 + _BLOCK)):
-            l = idx[n, m]
+            l = _label(rows, n, m)
             if l >= 0:
                 a = snum[l]
                 b = sinv[m]
@@ -318,13 +329,13 @@ def _slot_workspace(L, M, K):
 
 
 @numba.njit(**_HOT)
-def _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ, n_rest, inv1a, a0, afsd,
+def _slot_conditional(n, rows, cnt, snum, sinv, slot_of, comp_of, occ, n_rest, inv1a, a0, afsd,
                       prior, w, lik):
     """Conditional of the removed row ``n`` (:func:`_slot_likelihood` then
     :func:`_slot_weights`); returns ``(ns, head, tail)``."""
     K = cnt.shape[0]
     n_occ = occ[0]
-    _slot_likelihood(n, idx, snum, sinv, n_occ + 1 if n_occ < K else K, lik)
+    _slot_likelihood(n, rows, snum, sinv, n_occ + 1 if n_occ < K else K, lik)
     if prior == 0 and n_occ < K:
         e = lik[n_occ]
         for s in range(n_occ + 1, K):
@@ -334,7 +345,7 @@ def _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ, n_rest, in
 
 
 @numba.njit(**_ENTRY, nogil=True)
-def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, prior, n_sweeps,
+def _sweeps(rows, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, prior, n_sweeps,
             start, unbounded):
     """``n_sweeps`` systematic-scan Gibbs sweeps over the points, in the slot layout; the
     first starts at row ``start``.
@@ -344,7 +355,7 @@ def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, pr
     ``z``, the row is left out of the counts, and its index is returned, so that the
     caller enlarges the tables, adds the row and continues at the next row.
     """
-    N, M = idx.shape
+    N, M = rows[0].shape
     K = cnt.shape[0]
     slot_of, comp_of, snum, sinv, occ, w, lik = _slot_workspace(num.shape[0], M, K)
     _pack_slots(cnt, num, invden, slot_of, comp_of, snum, sinv, occ)
@@ -355,10 +366,10 @@ def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, pr
             # arrays would cost more than the update itself
             k = z[n]
             cnt[k] -= 1
-            _slot_update(n, k, slot_of[k], out, idx, nlk, ckm, snum, sinv, beta, Jbeta)
+            _slot_update(n, k, slot_of[k], out, rows, nlk, ckm, snum, sinv, beta, Jbeta)
             if cnt[k] == 0:
                 _slot_vacate(k, cnt, snum, sinv, slot_of, comp_of, occ)
-            ns, head, tail = _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ,
+            ns, head, tail = _slot_conditional(n, rows, cnt, snum, sinv, slot_of, comp_of, occ,
                                                N - 1, inv1a, a0, afsd, prior, w, lik)
             knew = _slot_draw(ns, head, tail, w, comp_of, occ[0], occ[1], a0, inv1a, prior,
                               unbounded)
@@ -369,27 +380,27 @@ def _sweeps(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0, afsd, pr
             if cnt[knew] == 0:
                 _slot_occupy(knew, slot_of, comp_of, occ)
             cnt[knew] += 1
-            _slot_update(n, knew, slot_of[knew], into, idx, nlk, ckm, snum, sinv, beta, Jbeta)
+            _slot_update(n, knew, slot_of[knew], into, rows, nlk, ckm, snum, sinv, beta, Jbeta)
     _unpack_slots(slot_of, snum, sinv, num, invden)
     return -1
 
 
 @numba.njit(**_ENTRY)
-def _conditional_nb(n, k0, n_draws, idx, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0,
+def _conditional_nb(n, k0, n_draws, rows, cnt, nlk, num, ckm, invden, beta, Jbeta, inv1a, a0,
                     afsd, prior):
     """The sweep's conditional of z_n (row n, now in component k0), shape (T,)
     unnormalised, and ``n_draws`` draws from it, by the sweep's own kernels; the
     counts are restored afterwards (for tests)."""
-    M = idx.shape[1]
+    M = rows[0].shape[1]
     K = cnt.shape[0]
     slot_of, comp_of, snum, sinv, occ, w, lik = _slot_workspace(num.shape[0], M, K)
     _pack_slots(cnt, num, invden, slot_of, comp_of, snum, sinv, occ)
     cnt[k0] -= 1
-    _slot_update(n, k0, slot_of[k0], np.int64(-1), idx, nlk, ckm, snum, sinv, beta, Jbeta)
+    _slot_update(n, k0, slot_of[k0], np.int64(-1), rows, nlk, ckm, snum, sinv, beta, Jbeta)
     if cnt[k0] == 0:
         _slot_vacate(k0, cnt, snum, sinv, slot_of, comp_of, occ)
     n_occ, last = occ[0], occ[1]
-    ns, head, tail = _slot_conditional(n, idx, cnt, snum, sinv, slot_of, comp_of, occ, cnt.sum(),
+    ns, head, tail = _slot_conditional(n, rows, cnt, snum, sinv, slot_of, comp_of, occ, cnt.sum(),
                                  inv1a, a0, afsd, prior, w, lik)
     full = np.zeros(K)
     if prior == 1:
@@ -413,7 +424,7 @@ def _conditional_nb(n, k0, n_draws, idx, cnt, nlk, num, ckm, invden, beta, Jbeta
     if cnt[k0] == 0:
         _slot_occupy(k0, slot_of, comp_of, occ)
     cnt[k0] += 1
-    _slot_update(n, k0, slot_of[k0], np.int64(1), idx, nlk, ckm, snum, sinv, beta, Jbeta)
+    _slot_update(n, k0, slot_of[k0], np.int64(1), rows, nlk, ckm, snum, sinv, beta, Jbeta)
     return full, draws
 
 
@@ -580,9 +591,9 @@ def _group_loglik(gl, gm, Jbeta, beta):
 
 
 @numba.njit(**_HOT)
-def _add_row(idx, n, gl, gm):
-    for m in range(idx.shape[1]):
-        l = idx[n, m]
+def _add_row(rows, n, gl, gm):
+    for m in range(rows[0].shape[1]):
+        l = _label(rows, n, m)
         if l >= 0:
             gl[l] += 1
             gm[m] += 1
@@ -599,7 +610,7 @@ def _log_two(d):
 
 
 @numba.njit(**_HOT)
-def _group_ratio(idx, n, gl, gm, beta, Jbeta):
+def _group_ratio(rows, n, gl, gm, beta, Jbeta):
     """``p(x_n | group 1) / p(x_n | group 0)`` as ``(rat, d)``, the ratio being
     ``rat * exp(d)``: the Dirichlet-multinomial predictives of row n given the label
     counts ``gl`` (2, L) and column counts ``gm`` (2, M) of two groups.
@@ -610,7 +621,7 @@ def _group_ratio(idx, n, gl, gm, beta, Jbeta):
     (extreme beta) is summed in log space, so the value is right for any beta and
     ``d`` is 0 unless the ratio is extreme.
     """
-    M = idx.shape[1]
+    M = rows[0].shape[1]
     rat = 1.0
     d = 0.0
     for m0 in range(0, M, _RATIO_BLOCK):
@@ -618,7 +629,7 @@ def _group_ratio(idx, n, gl, gm, beta, Jbeta):
         num = 1.0
         den = 1.0
         for m in range(m0, m1):
-            l = idx[n, m]
+            l = _label(rows, n, m)
             if l >= 0:
                 num *= (beta + gl[1, l]) * (Jbeta[m] + gm[0, m])
                 den *= (beta + gl[0, l]) * (Jbeta[m] + gm[1, m])
@@ -629,7 +640,7 @@ def _group_ratio(idx, n, gl, gm, beta, Jbeta):
                 rat = 1.0
         else:
             for m in range(m0, m1):
-                l = idx[n, m]
+                l = _label(rows, n, m)
                 if l >= 0:
                     d += (math.log((beta + gl[1, l]) / (Jbeta[m] + gm[1, m]))
                           - math.log((beta + gl[0, l]) / (Jbeta[m] + gm[0, m])))

@@ -13,6 +13,7 @@ import numpy as np
 from consensuskit.models.nbce.gibbs.kernels import (
     _ENTRY,
     _INNER,
+    _label,
     _log_prior_nb,
     _loglik_nb,
     _move,
@@ -70,7 +71,7 @@ _RISING_MAX = 8  # groups up to this size: rising products instead of log-gamma 
 
 
 @numba.njit(**_INNER)
-def _group_loglik_in(idx, r0, k, a, nlk, ckm, beta, Jbeta):
+def _group_loglik_in(rows, r0, k, a, nlk, ckm, beta, Jbeta):
     """Log Dirichlet-multinomial likelihood of ``a`` copies of row ``r0`` joining
     component ``k``: the sum over observed columns of ``log Γ(β + N_kl + a) - log Γ(β +
     N_kl) - log Γ(k_jβ + N_kj + a) + log Γ(k_jβ + N_kj)``.  Up to ``_RISING_MAX`` copies
@@ -79,8 +80,8 @@ def _group_loglik_in(idx, r0, k, a, nlk, ckm, beta, Jbeta):
     about ten times faster than four log-gammas per column."""
     if a > _RISING_MAX:
         v = 0.0
-        for m in range(idx.shape[1]):
-            l = idx[r0, m]
+        for m in range(rows[0].shape[1]):
+            l = _label(rows, r0, m)
             if l >= 0:
                 v += (math.lgamma(beta + nlk[l, k] + a) - math.lgamma(beta + nlk[l, k])
                       - math.lgamma(Jbeta[m] + ckm[m, k] + a)
@@ -88,8 +89,8 @@ def _group_loglik_in(idx, r0, k, a, nlk, ckm, beta, Jbeta):
         return v
     logv = 0.0
     prod = 1.0
-    for m in range(idx.shape[1]):
-        l = idx[r0, m]
+    for m in range(rows[0].shape[1]):
+        l = _label(rows, r0, m)
         if l >= 0:
             nb = beta + nlk[l, k]
             nj = Jbeta[m] + ckm[m, k]
@@ -102,7 +103,7 @@ def _group_loglik_in(idx, r0, k, a, nlk, ckm, beta, Jbeta):
 
 
 @numba.njit(**_ENTRY, nogil=True)
-def _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr, brows,
+def _block_moves(rows, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr, brows,
                  start, n_moves, stats, unbounded):
     """Gibbs moves of whole groups of identical rows (same labels, same missing entries).
 
@@ -126,7 +127,7 @@ def _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr
     if G <= 0:
         return GroupStop(-1, -1, -1)
     K = cnt.shape[0]
-    M = idx.shape[1]
+    M = rows[0].shape[1]
     lw = np.empty(K)
     for t in range(start, n_moves if n_moves < G else G):
         g = t if n_moves >= G else np.random.randint(0, G)  # noqa: NPY002 - numba RNG
@@ -141,11 +142,11 @@ def _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr
         if not together:
             continue
         for q in range(bptr[g], bptr[g + 1]):
-            _move(brows[q], c, -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+            _move(brows[q], c, -1, rows, cnt, nlk, num, ckm, invden, beta, Jbeta)
         _block_prior_deltas(cnt, float(a), a0, code, lw, unbounded)
         v_empty = 0.0  # the likelihood term is the same for every empty component
         for m in range(M):
-            l = idx[r0, m]
+            l = _label(rows, r0, m)
             if l >= 0:
                 v_empty += (math.lgamma(beta + a) - math.lgamma(beta)
                             - math.lgamma(Jbeta[m] + a) + math.lgamma(Jbeta[m]))
@@ -153,7 +154,7 @@ def _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr
             if cnt[k] == 0:
                 lw[k] += v_empty
                 continue
-            lw[k] += _group_loglik_in(idx, r0, k, a, nlk, ckm, beta, Jbeta)
+            lw[k] += _group_loglik_in(rows, r0, k, a, nlk, ckm, beta, Jbeta)
         mx = lw[0]
         for k in range(1, K):
             if lw[k] > mx:
@@ -176,7 +177,7 @@ def _block_moves(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bptr
             return GroupStop(t, g, K - 1 + int(min(math.log(v) / math.log(qa), 1e12)))
         for q in range(bptr[g], bptr[g + 1]):
             z[brows[q]] = knew
-            _move(brows[q], knew, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+            _move(brows[q], knew, 1, rows, cnt, nlk, num, ckm, invden, beta, Jbeta)
     return GroupStop(-1, -1, -1)
 
 

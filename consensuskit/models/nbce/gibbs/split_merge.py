@@ -4,7 +4,10 @@ untruncated stick-breaking prior.
 
 Arguments shared by the kernels below (documented here once):
 
-* ``idx`` int16 or int32 (N, M): global label of each row and column, -1 missing;
+* ``rows`` = ``(codes, offsets)``: ``codes`` (N, M) signed integers, C-ordered, the code
+  of each row's label in its column, -1 missing; ``offsets`` int64 (M,): column ``m``'s
+  labels are the global labels ``offsets[m] + code``
+  (:func:`~consensuskit.models.nbce.gibbs.state.sampler_rows`);
 * ``z`` int64 (N,): the components; ``cnt`` int64 (T,): their sizes;
 * ``nlk`` int64 (L, T), ``ckm`` int64 (M, T): label and column counts per component;
   ``num`` (L, T) = beta + nlk, ``invden`` (M, T) = 1 / (k_j beta + ckm);
@@ -30,6 +33,7 @@ from consensuskit.models.nbce.gibbs.kernels import (
     _add_row,
     _group_loglik,
     _group_ratio,
+    _label,
     _log_prior_nb,
     _log_prior_window,
     _log_two,
@@ -80,17 +84,17 @@ def _pick_new_label(cnt, r):
 
 
 @numba.njit(**_HOT)
-def _n_differing(idx, i, n):
-    """The number of columns in which rows ``i`` and ``n`` of ``idx`` differ."""
+def _n_differing(rows, i, n):
+    """The number of columns in which rows ``i`` and ``n`` differ."""
     d = 0
-    for m in range(idx.shape[1]):
-        if idx[n, m] != idx[i, m]:
+    for m in range(rows[0].shape[1]):
+        if rows[0][n, m] != rows[0][i, m]:  # same column: codes differ iff labels do
             d += 1
     return d
 
 
 @numba.njit(**_INNER)
-def _draw_pair(idx, local_share, near, wbuf):
+def _draw_pair(rows, local_share, near, wbuf):
     """An ordered pair of distinct rows ``(i, j)``: ``i`` uniform; ``j`` uniform, or with
     probability ``local_share`` drawn with weight ``near[d]`` where ``d`` is the number of
     columns in which rows i and j differ (``near`` (M+1,) decreasing).  The weights are a
@@ -99,12 +103,12 @@ def _draw_pair(idx, local_share, near, wbuf):
     the same probability and it cancels from the acceptance ratio; near pairs make
     merges of similar clusters, and splits along their seams, proposed far more often
     than random pairs do when there are many clusters."""
-    N = idx.shape[0]
+    N = rows[0].shape[0]
     i = np.random.randint(0, N)  # noqa: NPY002 - numba RNG, seeded by _seed
     if local_share > 0.0 and np.random.random() < local_share:  # noqa: NPY002
         tot = 0.0
         for n in range(N):
-            v = near[_n_differing(idx, i, n)] if n != i else 0.0
+            v = near[_n_differing(rows, i, n)] if n != i else 0.0
             wbuf[n] = v
             tot += v
         u = np.random.random() * tot  # noqa: NPY002
@@ -194,7 +198,7 @@ def _allocation_order(z, i, j, ci, cj, members, blocks, order):
 
 
 @numba.njit(**_INNER)
-def _allocate(idx, z, order, ns, i, j, ci, split, gl, gm, size, grp, beta, Jbeta, logu, base):
+def _allocate(rows, z, order, ns, i, j, ci, split, gl, gm, size, grp, beta, Jbeta, logu, base):
     """Allocate ``order[:ns]`` to group 0 (``i``'s) or 1 (``j``'s): drawn for a split,
     replayed from ``z`` for a merge.  Each point's probability is proportional to the
     group's size times the Dirichlet-multinomial predictive of its labels given the
@@ -210,14 +214,14 @@ def _allocate(idx, z, order, ns, i, j, ci, split, gl, gm, size, grp, beta, Jbeta
     gm[:] = 0
     size[0] = 1
     size[1] = 1
-    _add_row(idx, i, gl[0], gm[0])
-    _add_row(idx, j, gl[1], gm[1])
+    _add_row(rows, i, gl[0], gm[0])
+    _add_row(rows, j, gl[1], gm[1])
     logq = 0.0
     qprod = 1.0
     thresh = 0.0 if split else math.exp(logu - base)
     for s in range(ns):
         n = order[s]
-        rat, d = _group_ratio(idx, n, gl, gm, beta, Jbeta)
+        rat, d = _group_ratio(rows, n, gl, gm, beta, Jbeta)
         r = rat * (size[1] / size[0])  # P(group 1) / P(group 0)
         if d == 0.0 and 1e-50 < r < 1e50:
             p0 = 1.0 / (1.0 + r)
@@ -244,22 +248,22 @@ def _allocate(idx, z, order, ns, i, j, ci, split, gl, gm, size, grp, beta, Jbeta
             return Allocation(logq, True)
         grp[s] = g
         size[g] += 1
-        _add_row(idx, n, gl[g], gm[g])
+        _add_row(rows, n, gl[g], gm[g])
     return Allocation(logq + math.log(qprod), False)
 
 
 @numba.njit(**_HOT)
-def _remove_row(idx, n, gl, gm):
+def _remove_row(rows, n, gl, gm):
     """Take row ``n``'s labels out of one group's counts (the inverse of ``_add_row``)."""
-    for m in range(idx.shape[1]):
-        l = idx[n, m]
+    for m in range(rows[0].shape[1]):
+        l = _label(rows, n, m)
         if l >= 0:
             gl[l] -= 1
             gm[m] -= 1
 
 
 @numba.njit(**_INNER)
-def _restricted_scan(idx, z, order, ns, ci, mode, gl, gm, size, grp, beta, Jbeta, logu, base):
+def _restricted_scan(rows, z, order, ns, ci, mode, gl, gm, size, grp, beta, Jbeta, logu, base):
     """One restricted Gibbs scan (Jain & Neal 2004) over ``order[:ns]``: each point is
     taken out of its group (``grp``) and put back in group 0 or 1 with probability
     proportional to the group's size times the Dirichlet-multinomial predictive of its
@@ -271,9 +275,9 @@ def _restricted_scan(idx, z, order, ns, ci, mode, gl, gm, size, grp, beta, Jbeta
     for s in range(ns):
         n = order[s]
         g_old = grp[s]
-        _remove_row(idx, n, gl[g_old], gm[g_old])
+        _remove_row(rows, n, gl[g_old], gm[g_old])
         size[g_old] -= 1
-        rat, d = _group_ratio(idx, n, gl, gm, beta, Jbeta)
+        rat, d = _group_ratio(rows, n, gl, gm, beta, Jbeta)
         lp0, lp1 = _log_two(d + math.log(rat) + math.log(size[1] / size[0]))
         if mode == 2:
             g = 0 if z[n] == ci else 1
@@ -285,12 +289,12 @@ def _restricted_scan(idx, z, order, ns, ci, mode, gl, gm, size, grp, beta, Jbeta
                 return Allocation(logq, True)
         grp[s] = g
         size[g] += 1
-        _add_row(idx, n, gl[g], gm[g])
+        _add_row(rows, n, gl[g], gm[g])
     return Allocation(logq, False)
 
 
 @numba.njit(**_INNER)
-def _launch_and_scan(idx, z, order, ns, i, j, ci, split, gl, gm, size, grp, beta, Jbeta,
+def _launch_and_scan(rows, z, order, ns, i, j, ci, split, gl, gm, size, grp, beta, Jbeta,
                      n_scans, logu, base):
     """The proposal of a split or the reverse-split probability of a merge with
     restricted Gibbs scans (Jain & Neal 2004): a *launch* state drawn by sequential
@@ -300,10 +304,10 @@ def _launch_and_scan(idx, z, order, ns, i, j, ci, split, gl, gm, size, grp, beta
     the proposed split (split) or the current split (merge) is ``q``: the launch is an
     auxiliary variable drawn the same way in both directions, so ``q`` alone enters the
     acceptance ratio in place of the sequential allocation's."""
-    _allocate(idx, z, order, ns, i, j, ci, True, gl, gm, size, grp, beta, Jbeta, 0.0, 0.0)
+    _allocate(rows, z, order, ns, i, j, ci, True, gl, gm, size, grp, beta, Jbeta, 0.0, 0.0)
     for _ in range(n_scans - 1):
-        _restricted_scan(idx, z, order, ns, ci, 0, gl, gm, size, grp, beta, Jbeta, 0.0, 0.0)
-    return _restricted_scan(idx, z, order, ns, ci, 1 if split else 2, gl, gm, size, grp,
+        _restricted_scan(rows, z, order, ns, ci, 0, gl, gm, size, grp, beta, Jbeta, 0.0, 0.0)
+    return _restricted_scan(rows, z, order, ns, ci, 1 if split else 2, gl, gm, size, grp,
                             beta, Jbeta, logu, base)
 
 
@@ -323,16 +327,16 @@ def _split_proposal(cnt, gl, gm, size, ci, n_new, logq, Jbeta, beta, a0, code, l
 
 
 @numba.njit(**_INNER)
-def _move_group(idx, z, i, order, ns, grp, src, dst, cnt, nlk, num, ckm, invden, beta, Jbeta):
+def _move_group(rows, z, i, order, ns, grp, src, dst, cnt, nlk, num, ckm, invden, beta, Jbeta):
     """Move ``i`` and the allocated points of group 0 from ``src`` to ``dst``."""
-    _move(i, src, -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
-    _move(i, dst, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+    _move(i, src, -1, rows, cnt, nlk, num, ckm, invden, beta, Jbeta)
+    _move(i, dst, 1, rows, cnt, nlk, num, ckm, invden, beta, Jbeta)
     z[i] = dst
     for s in range(ns):
         if grp[s] == 0:
             n = order[s]
-            _move(n, src, -1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
-            _move(n, dst, 1, idx, cnt, nlk, num, ckm, invden, beta, Jbeta)
+            _move(n, src, -1, rows, cnt, nlk, num, ckm, invden, beta, Jbeta)
+            _move(n, dst, 1, rows, cnt, nlk, num, ckm, invden, beta, Jbeta)
             z[n] = dst
 
 
@@ -347,7 +351,7 @@ def _split_merge_workspace(N, L, M):
 
 
 @numba.njit(**_ENTRY, nogil=True)
-def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_prop, stats,
+def _split_merge(rows, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_prop, stats,
                  unbounded, local_share, near, log_ratio_error, n_scans):
     """``n_prop`` sequentially-allocated split-merge Metropolis-Hastings moves (Dahl 2003).
 
@@ -374,13 +378,13 @@ def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_pr
     probability by that of restricted Gibbs scans from a sequentially allocated launch
     state (:func:`_launch_and_scan`, Jain & Neal 2004); 0: Dahl's sequential allocation.
     """
-    N, M = idx.shape
+    N, M = rows[0].shape
     L, K = nlk.shape
     if N < 2:
         return n_prop
     members, order, blocks, grp, gl, gm, size, wbuf = _split_merge_workspace(N, L, M)
     for p in range(n_prop):
-        i, j = _draw_pair(idx, local_share, near, wbuf)
+        i, j = _draw_pair(rows, local_share, near, wbuf)
         ci, cj = z[i], z[j]
         split = ci == cj
         n_new = new_label_count(cnt, unbounded) if split else 0
@@ -400,10 +404,10 @@ def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_pr
                 continue
         ns = _allocation_order(z, i, j, ci, cj, members, blocks, order)
         if n_scans > 0:
-            alloc = _launch_and_scan(idx, z, order, ns, i, j, ci, split, gl, gm, size, grp,
+            alloc = _launch_and_scan(rows, z, order, ns, i, j, ci, split, gl, gm, size, grp,
                                      beta, Jbeta, n_scans, logu, base)
         else:
-            alloc = _allocate(idx, z, order, ns, i, j, ci, split, gl, gm, size, grp, beta,
+            alloc = _allocate(rows, z, order, ns, i, j, ci, split, gl, gm, size, grp, beta,
                               Jbeta, logu, base)
         if alloc.rejected:
             continue
@@ -416,7 +420,7 @@ def _split_merge(idx, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_pr
                 continue
             dst = prop.target
         stats[0 if split else 1] += 1
-        _move_group(idx, z, i, order, ns, grp, ci, dst, cnt, nlk, num, ckm, invden, beta, Jbeta)
+        _move_group(rows, z, i, order, ns, grp, ci, dst, cnt, nlk, num, ckm, invden, beta, Jbeta)
         if unbounded and cnt[K - 1] > 0:
             return p + 1
     return n_prop

@@ -19,7 +19,7 @@ from consensuskit.models.nbce.gibbs.summaries import draw_counts
 from consensuskit.models.nbce.priors import get_prior
 
 __all__ = ["GibbsState", "conditional_probs", "sample_conditional", "gibbs_step",
-           "sampler_index"]
+           "sampler_index", "sampler_rows"]
 
 #: default share of split-merge proposals whose pair is drawn near each other
 SPLIT_MERGE_LOCAL_SHARE = 0.5
@@ -29,11 +29,34 @@ SPLIT_MERGE_SCANS = 0
 
 def sampler_index(idx) -> np.ndarray:
     """The (N, M) global label index as the kernels read it: C-ordered, int16 kept as it
-    is (2 bytes per label: the estimator builds it so when there are fewer than 32,768
-    labels), any other integer type as int32."""
+    is (2 bytes per label), any other integer type as int32."""
     idx = np.asarray(idx)
     dtype = np.int16 if idx.dtype == np.int16 else np.int32
     return np.ascontiguousarray(idx, dtype=dtype)
+
+
+def sampler_rows(labels) -> tuple:
+    """The rows as the kernels read them: ``(codes, offsets)``, ``codes`` (N, M) C-ordered
+    signed integers (-1 missing) and ``offsets`` int64 (M,), row ``n``'s label in column
+    ``m`` being the global label ``offsets[m] + codes[n, m]``.
+
+    ``labels``: such a pair (the estimator passes the ensemble's codes, int8 when every
+    column has under 128 labels: one byte per label, where the int16 global index took
+    two; issue 27), or an (N, M) global label index (:func:`sampler_index`, offsets 0).
+    """
+    if isinstance(labels, tuple):
+        codes, offsets = labels
+        codes = np.asarray(codes)
+        if codes.ndim != 2 or codes.dtype.kind != "i":
+            raise ValueError("codes must be a 2-d array of signed integers; got "
+                             f"{codes.dtype} with shape {codes.shape}")
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        if offsets.shape[0] < codes.shape[1]:
+            raise ValueError(f"{codes.shape[1]} columns need {codes.shape[1]} offsets; got "
+                             f"{offsets.shape[0]}")
+        return np.ascontiguousarray(codes), offsets[:codes.shape[1]]
+    idx = sampler_index(labels)
+    return idx, np.zeros(idx.shape[1], dtype=np.int64)
 
 
 # ---------------------------------------------------------------------------
@@ -44,6 +67,7 @@ class GibbsState:
 
     Attributes
     ----------
+    rows : (codes, offsets)   the labels the kernels read (:func:`sampler_rows`)
     z : int64 (N,)            indicators
     cnt : int64 (T,)          N_k
     nlk : int64 (L, T)        N_{k l}, global label l (offset index)
@@ -62,8 +86,8 @@ class GibbsState:
     function of the path, not a parameter of the model.
     """
 
-    def __init__(self, idx, n_labels, z, truncation, alpha0, beta, prior, unbounded=False):
-        self.idx = sampler_index(idx)
+    def __init__(self, rows, n_labels, z, truncation, alpha0, beta, prior, unbounded=False):
+        self.rows = sampler_rows(rows)
         self.n_labels = np.asarray(n_labels, dtype=np.int64)
         self.T = int(truncation)
         self.prior_obj = get_prior(prior)
@@ -71,7 +95,7 @@ class GibbsState:
         self.unbounded = bool(unbounded)
         if self.unbounded and self.prior_obj.code != 0:
             raise ValueError("unbounded=True needs the stick-breaking prior (tsb)")
-        N, M = self.idx.shape
+        N, M = self.rows[0].shape
         self.L = int(self.n_labels.sum())
         self.col_of = np.repeat(np.arange(M), self.n_labels)
         self.z = np.ascontiguousarray(z, dtype=np.int64).copy()
@@ -81,7 +105,7 @@ class GibbsState:
             raise ValueError(f"initial z must have shape ({N},) with values in [0, {self.T})")
         self.T = max(self.T, int(top))
         self.cnt = np.bincount(self.z, minlength=self.T).astype(np.int64)
-        nkl, nkm = draw_counts(self.idx, self.z, self.T, self.n_labels)  # a column at a time
+        nkl, nkm = draw_counts(self.rows, self.z, self.T, self.n_labels)  # a column at a time
         self.nlk = np.ascontiguousarray(nkl.T)
         self.ckm = np.ascontiguousarray(nkm.T)
         #: split-merge and slice counters, see :meth:`iterate`
@@ -98,13 +122,20 @@ class GibbsState:
         #: by the negative controls of the tests (a sampler that must fail them)
         self.split_merge_log_ratio_error = 0.0
         #: groups of identical rows, moved together (:func:`_block_moves`)
-        self.group_ptr, self.group_rows = identical_row_groups(self.idx)
+        self.group_ptr, self.group_rows = identical_row_groups(self.rows[0])
         self.hyp = np.empty(2)
         self.Jbeta = np.empty(M)
         self.num = np.empty((self.L, self.T))
         self.invden = np.empty((M, self.T))
         self.inv1a = np.empty(N + 1)
         self.set_hyper(alpha0, beta)
+
+    def __setstate__(self, state):
+        # a chain pickled (checkpointed) before the kernels read (codes, offsets) holds
+        # its global label index as ``idx``
+        if "idx" in state and "rows" not in state:
+            state["rows"] = sampler_rows(state.pop("idx"))
+        self.__dict__.update(state)
 
     @property
     def alpha0(self):
@@ -135,15 +166,15 @@ class GibbsState:
         if need <= self.T and self.cnt[-1] == 0:
             return
         T = max(need, self.T + max(self.T // 2, 4))
-        if T > 10 * self.idx.shape[0] + 1000:
-            raise RuntimeError(f"NBCE: a label of {T - 2} was drawn for {self.idx.shape[0]} "
+        if T > 10 * self.rows[0].shape[0] + 1000:
+            raise RuntimeError(f"NBCE: a label of {T - 2} was drawn for {self.rows[0].shape[0]} "
                                "points (alpha0 far too large?)")
         pad = T - self.T
         self.cnt = np.concatenate([self.cnt, np.zeros(pad, dtype=np.int64)])
         self.nlk = np.ascontiguousarray(np.pad(self.nlk, ((0, 0), (0, pad))))
         self.ckm = np.ascontiguousarray(np.pad(self.ckm, ((0, 0), (0, pad))))
         self.num = np.empty((self.L, T))
-        self.invden = np.empty((self.idx.shape[1], T))
+        self.invden = np.empty((self.rows[0].shape[1], T))
         self.T = T
         self.set_hyper(self.alpha0, self.beta)
 
@@ -152,13 +183,14 @@ class GibbsState:
         for n in np.atleast_1d(rows):
             self.z[n] = label
             self.cnt[label] += 1
-            obs = np.flatnonzero(self.idx[n] >= 0)
-            self.nlk[self.idx[n, obs], label] += 1
+            codes, offsets = self.rows
+            obs = np.flatnonzero(codes[n] >= 0)
+            self.nlk[offsets[obs] + codes[n, obs], label] += 1
             self.ckm[obs, label] += 1
         self.set_hyper(self.alpha0, self.beta)
 
     def _move_args(self):
-        return (self.idx, self.cnt, self.nlk, self.num, self.ckm, self.invden, self.beta,
+        return (self.rows, self.cnt, self.nlk, self.num, self.ckm, self.invden, self.beta,
                 self.Jbeta)
 
     def iterate(self, n_split_merge=0, update_hyper=False,
@@ -192,7 +224,7 @@ class GibbsState:
             start = 0
             while True:
                 stop = _sweeps(
-                    self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden,
+                    self.rows, self.z, self.cnt, self.nlk, self.num, self.ckm, self.invden,
                     self.beta, self.Jbeta, self.inv1a, self.alpha0, self.afsd, self.prior_code,
                     1 if self.unbounded else int(n_sweeps), start, self.unbounded)
                 if stop < 0:
@@ -205,7 +237,7 @@ class GibbsState:
         """``n_proposals`` split-merge Metropolis-Hastings moves (:func:`_split_merge`)."""
         left = int(n_proposals)
         while left > 0:
-            left -= _split_merge(self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm,
+            left -= _split_merge(self.rows, self.z, self.cnt, self.nlk, self.num, self.ckm,
                                  self.invden, self.beta, self.Jbeta, self.alpha0,
                                  self.prior_code, left, self.stats, self.unbounded,
                                  float(self.split_merge_local_share), self.near_weights,
@@ -220,7 +252,7 @@ class GibbsState:
         n = self.group_ptr.size - 1 if n_moves is None else int(n_moves)
         start = 0
         while True:
-            stop = _block_moves(self.idx, self.z, self.cnt, self.nlk, self.num, self.ckm,
+            stop = _block_moves(self.rows, self.z, self.cnt, self.nlk, self.num, self.ckm,
                                 self.invden, self.beta, self.Jbeta, self.alpha0,
                                 self.prior_code, self.group_ptr, self.group_rows, start, n,
                                 self.stats, self.unbounded)
@@ -270,7 +302,7 @@ class GibbsState:
 
 
 def _conditional(state: GibbsState, n: int, n_draws: int):
-    return _conditional_nb(int(n), int(state.z[n]), int(n_draws), state.idx, state.cnt,
+    return _conditional_nb(int(n), int(state.z[n]), int(n_draws), state.rows, state.cnt,
                            state.nlk, state.num, state.ckm, state.invden, state.beta,
                            state.Jbeta, state.inv1a, state.alpha0, state.afsd,
                            state.prior_code)

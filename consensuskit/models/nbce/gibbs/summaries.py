@@ -11,35 +11,39 @@ __all__ = ["draw_counts", "co_clustering", "point_consensus", "draw_votes",
            "draw_memberships", "relabel_by_size", "split_rhat", "RHAT_THRESHOLD"]
 
 
-def draw_counts(idx, z, truncation, n_labels):
+def draw_counts(rows, z, truncation, n_labels):
     """Label counts ``N_kl`` (T, L) and per-column counts ``N_kj`` (T, M) of one draw.
 
-    ``idx`` (N, M) global label indices, -1 missing; ``z`` (N,).  Counted in one compiled
-    pass over the rows, with no (N,) temporaries (the column-at-a-time bincounts had
-    taken about 24 B per row at 1e7 rows; the pairs of observed positions before them,
-    3.2 GB).
+    ``rows``: the (N, M) global label index (-1 missing), or the pair ``(codes,
+    offsets)`` the sampler reads (:func:`~consensuskit.models.nbce.gibbs.state.
+    sampler_rows`); ``z`` (N,).  Counted in one compiled pass over the rows, with no
+    (N,) temporaries (the column-at-a-time bincounts had taken about 24 B per row at 1e7
+    rows; the pairs of observed positions before them, 3.2 GB).
     """
-    idx = np.asarray(idx)
+    from consensuskit.models.nbce.gibbs.state import sampler_rows
+
+    rows = sampler_rows(rows)
     z = np.asarray(z)
     T = int(truncation)
     L = int(np.sum(n_labels))
     Nkl = np.zeros((T, L), dtype=np.int64)
-    Nkm = np.zeros((T, idx.shape[1]), dtype=np.int64)
-    _count(idx, z, Nkl, Nkm)
+    Nkm = np.zeros((T, rows[0].shape[1]), dtype=np.int64)
+    _count(rows, z, Nkl, Nkm)
     return Nkl, Nkm
 
 
 @njit(cache=True)
-def _count(idx, z, Nkl, Nkm):
+def _count(rows, z, Nkl, Nkm):
     """:func:`draw_counts`'s loop: ``Nkl[z_i, x_ij] += 1`` and ``Nkm[z_i, j] += 1`` over the
     observed ``(i, j)``."""
-    N, M = idx.shape
+    codes, offsets = rows
+    N, M = codes.shape
     for i in range(N):
         k = z[i]
         for j in range(M):
-            x = idx[i, j]
+            x = codes[i, j]
             if x >= 0:
-                Nkl[k, x] += 1
+                Nkl[k, offsets[j] + x] += 1
                 Nkm[k, j] += 1
 
 
