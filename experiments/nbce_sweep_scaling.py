@@ -28,8 +28,9 @@ def per_iteration(N, iters, repeats, truth, X):
     from consensuskit.models.nbce.gibbs.kernels import _seed
 
     ens = Ensemble.from_labels(X[:N])
-    g = GibbsState(ens.offset_index(), ens.n_labels, truth[:N], INITIAL_TABLE_SIZE, 1.0, 0.5,
-                   "tsb", unbounded=True)
+    # the layout the estimator passes: the codes with the columns' offsets
+    g = GibbsState((ens.codes, ens.offsets), ens.n_labels, truth[:N], INITIAL_TABLE_SIZE,
+                   1.0, 0.5, "tsb", unbounded=True)
     _seed(0)
     n_sm = _default_split_merge(N)
     g.iterate(n_sm, True)
