@@ -98,11 +98,15 @@ class GibbsState:
         N, M = self.rows[0].shape
         self.L = int(self.n_labels.sum())
         self.col_of = np.repeat(np.arange(M), self.n_labels)
-        self.z = np.ascontiguousarray(z, dtype=np.int64).copy()
-        top = self.z.max() + 2 if self.unbounded else self.T
-        if self.z.shape != (N,) or self.z.min() < 0 or (self.z.max() >= self.T
-                                                         and not self.unbounded):
+        z = np.ascontiguousarray(z, dtype=np.int64)  # the caller's array when already so
+        top = z.max() + 2 if self.unbounded else self.T
+        if z.shape != (N,) or z.min() < 0 or (z.max() >= self.T and not self.unbounded):
             raise ValueError(f"initial z must have shape ({N},) with values in [0, {self.T})")
+        #: groups of identical rows, moved together (:func:`_block_moves`); found before
+        #: the chain's own (N,) arrays are made, so that the search's (N,) hashes and sort
+        #: order are gone by then (at 1e7 rows they were the fit's peak, issue 27)
+        self.group_ptr, self.group_rows = identical_row_groups(self.rows[0])
+        self.z = z.copy()
         self.T = max(self.T, int(top))
         self.cnt = np.bincount(self.z, minlength=self.T).astype(np.int64)
         nkl, nkm = draw_counts(self.rows, self.z, self.T, self.n_labels)  # a column at a time
@@ -121,8 +125,6 @@ class GibbsState:
         #: added to split-merge log acceptance ratios (splits +, merges -): 0.0; set only
         #: by the negative controls of the tests (a sampler that must fail them)
         self.split_merge_log_ratio_error = 0.0
-        #: groups of identical rows, moved together (:func:`_block_moves`)
-        self.group_ptr, self.group_rows = identical_row_groups(self.rows[0])
         self.hyp = np.empty(2)
         self.Jbeta = np.empty(M)
         self.num = np.empty((self.L, self.T))
