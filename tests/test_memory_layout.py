@@ -21,6 +21,7 @@ from consensuskit.models.nbce.gibbs import (
     gibbs_nbce,
     relabel_by_size,
 )
+from consensuskit.models.nbce.gibbs.chains import _widen_draws, draw_z_dtype
 from consensuskit.models.nbce.gibbs.kernels import _seed
 from consensuskit.models.nbce.gibbs.state import sampler_rows
 from consensuskit.posterior.search import _precedes
@@ -342,3 +343,21 @@ def test_salso_on_threads_keeps_the_same_run_as_in_turn():
     many, info3 = salso_search(lab, k, n_runs=8, n_jobs=3, random_state=0)
     np.testing.assert_array_equal(one, many)
     assert info1.best_run == info3.best_run == int(np.argmin(info1.run_losses))
+
+
+def test_nbce_keeps_its_draws_of_z_as_int16_and_widens_them_past_32768_components():
+    """The stored draws are most of an NBCE fit's memory at large N: z is kept as int16
+    (half of int32), the same values; a table that grows past 32,768 components widens
+    the draws kept so far to int32 before a larger label is stored."""
+    X = _labels(n=100, m=5, k=3, seed=4)
+    est = NBCE(n_samples=5, burn_in=2, n_chains=2, random_state=1).fit(X)
+    z = est.samples_["z"]
+    assert z.dtype == np.int16 and z.shape == (2, 5, 100)
+    assert z.max() < est.truncation_
+    draws = {"z": np.array([[3, 32767]], dtype=np.int16), "counts": np.zeros((1, 4))}
+    _widen_draws(draws, 32768)
+    assert draws["z"].dtype == np.int16
+    _widen_draws(draws, 32769)
+    assert draws["z"].dtype == np.int32
+    np.testing.assert_array_equal(draws["z"], [[3, 32767]])
+    assert draw_z_dtype(20) == np.int16 and draw_z_dtype(40000) == np.int32

@@ -18,7 +18,7 @@ from consensuskit.models.nbce.gibbs.state import GibbsState, gibbs_step, sampler
 from consensuskit.models.nbce.priors import get_prior
 
 __all__ = ["Chain", "ChainPlan", "ChainRuns", "GibbsChains", "gibbs_nbce", "INITIAL_TABLE_SIZE",
-           "default_thin"]
+           "default_thin", "draw_z_dtype"]
 
 
 @dataclass
@@ -75,7 +75,7 @@ class GibbsChains(Engine):
             d["label_counts"] = np.zeros((S, T, L), dtype=np.int32)
             d["col_counts"] = np.zeros((S, T, M), dtype=np.int32)
         if self.store_z:
-            d["z"] = np.zeros((S, N), dtype=np.int32)
+            d["z"] = np.zeros((S, N), dtype=draw_z_dtype(T))
         return d
 
     def init(self, rng=None, run=0):
@@ -118,15 +118,25 @@ class GibbsChains(Engine):
         return {"draws": state.n_draws, "gibbs": state.gibbs, "chain_seeds": self.chain_seeds}
 
 
+def draw_z_dtype(T) -> np.dtype:
+    """The type of the stored draws of z with ``T`` components: int16 while every label
+    fits (``T <= 32,768``: half the memory of int32, the draws being most of a fit's
+    memory at large N, issue 27), else int32."""
+    return np.dtype(np.int16 if T - 1 <= np.iinfo(np.int16).max else np.int32)
+
+
 def _widen_draws(draws, T):
     """Pad the per-draw component axis of ``draws`` with empty components up to ``T``
     (the untruncated sampler's tables grew; the added labels are empty in every earlier
-    draw, so zero counts are exact)."""
+    draw, so zero counts are exact), and widen the stored z when a label of ``T``
+    components no longer fits its type."""
     for key, axis in (("counts", 1), ("label_counts", 1), ("col_counts", 1)):
         if key in draws and draws[key].shape[axis] < T:
             pad = [(0, 0)] * draws[key].ndim
             pad[axis] = (0, T - draws[key].shape[axis])
             draws[key] = np.pad(draws[key], pad)
+    if "z" in draws and np.iinfo(draws["z"].dtype).max < T - 1:
+        draws["z"] = draws["z"].astype(draw_z_dtype(T))
 
 
 class _OneChain(Engine):
@@ -405,7 +415,8 @@ def gibbs_nbce(
     Returns
     -------
     dict with arrays over (chain, draw):
-        ``z`` (C, S, N) int32 (if store_z), ``counts`` (C, S, T) int64,
+        ``z`` (C, S, N) int16, int32 beyond 32,768 components (:func:`draw_z_dtype`; if
+        store_z), ``counts`` (C, S, T) int64,
         ``label_counts`` (C, S, T, L) int32, ``col_counts`` (C, S, T, M) int32
         (if stored, see ``store_counts``),
         ``log_joint`` (C, S), ``n_occupied`` (C, S), ``alpha0`` (C, S), ``beta`` (C, S);
