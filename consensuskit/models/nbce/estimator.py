@@ -309,11 +309,9 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
 
     def _train_index(self, ens=None):
         """The engines' offset index of the training rows (``ensemble_`` unless ``ens``):
-        the Gibbs fit's scores (count tables of a draw, leave-one-out, predictive draws)
-        read C-ordered int16 (under 32,768 labels) or int32 rows, built directly (the
-        sampler itself reads the codes, see :meth:`_fit_gibbs`); the variational engines
-        the int64 index.  Built when needed, not kept: at 1e7 x 20 it is 0.4 GB beside
-        the ensemble's codes (issue 27)."""
+        the Gibbs scores (not the sampler, which reads the codes) read C-ordered int16
+        (under 32,768 labels) or int32 rows, built directly; the variational engines the
+        int64 index.  Built when needed, not kept: at 1e7 x 20 it is 0.4 GB (issue 27)."""
         ens = self.ensemble_ if ens is None else ens
         if self.inference != "gibbs":
             return ens.offset_index()
@@ -327,8 +325,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         return None if "label_counts" in self.samples_ else self._train_index()
 
     def _fit_gibbs(self, ens, T, rs, resume=None):
-        # the sampler reads the ensemble's codes (a C-ordered copy, one byte per label
-        # below 128 labels per column) with the columns' offsets, not the int16 index
+        # the codes (a C-ordered copy: int8, half the int16 index) and column offsets
         out = gibbs_nbce(
             (ens.codes, ens.offsets), ens.n_labels, T, prior=self.prior, alpha0=self.alpha0,
             beta=self.beta, update_hyperparameters=bool(self.update_hyper),
