@@ -23,7 +23,7 @@ from consensuskit.models.nbce.gibbs import (
 )
 from consensuskit.models.nbce.gibbs.chains import _widen_draws, draw_z_dtype
 from consensuskit.models.nbce.gibbs.kernels import _seed
-from consensuskit.models.nbce.gibbs.state import sampler_rows
+from consensuskit.models.nbce.gibbs.rows import sampler_rows
 from consensuskit.posterior.search import _precedes
 
 

@@ -14,7 +14,8 @@ from sklearn.utils import check_random_state
 
 from consensuskit.inference.driver import Engine
 from consensuskit.inference.driver import fit as drive
-from consensuskit.models.nbce.gibbs.state import GibbsState, gibbs_step, sampler_rows
+from consensuskit.models.nbce.gibbs.rows import sampler_rows
+from consensuskit.models.nbce.gibbs.state import GibbsState, gibbs_step
 from consensuskit.models.nbce.priors import get_prior
 
 __all__ = ["Chain", "ChainPlan", "ChainRuns", "GibbsChains", "gibbs_nbce", "INITIAL_TABLE_SIZE",
@@ -370,7 +371,7 @@ def gibbs_nbce(
         int16 when it is int16 (no copy: fewer than 32,768 labels), else as int32; or
         the labels' codes per column (N, M) (``-1`` missing) with each column's offset
         (M,), read as C-ordered codes of their own type (:func:`~consensuskit.models.
-        nbce.gibbs.state.sampler_rows`: int8 codes take half the int16 index's memory).
+        nbce.gibbs.rows.sampler_rows`: int8 codes take half the int16 index's memory).
     n_labels : int array, shape (M,)
         ``k_j``.
     truncation : int or None

@@ -56,7 +56,7 @@ _BLOCK = 16  # columns between underflow checks
 def _label(rows, n, m):
     """The global label of row ``n`` in column ``m`` (``offsets[m] + code``), -1 where
     missing; ``rows = (codes (N, M), offsets (M,))`` as :func:`~consensuskit.models.nbce.
-    gibbs.state.sampler_rows` builds it."""
+    gibbs.rows.sampler_rows` builds it."""
     c = rows[0][n, m]
     if c < 0:
         return np.int64(-1)

@@ -7,7 +7,7 @@ Arguments shared by the kernels below (documented here once):
 * ``rows`` = ``(codes, offsets)``: ``codes`` (N, M) signed integers, C-ordered, the code
   of each row's label in its column, -1 missing; ``offsets`` int64 (M,): column ``m``'s
   labels are the global labels ``offsets[m] + code``
-  (:func:`~consensuskit.models.nbce.gibbs.state.sampler_rows`);
+  (:func:`~consensuskit.models.nbce.gibbs.rows.sampler_rows`);
 * ``z`` int64 (N,): the components; ``cnt`` int64 (T,): their sizes;
 * ``nlk`` int64 (L, T), ``ckm`` int64 (M, T): label and column counts per component;
   ``num`` (L, T) = beta + nlk, ``invden`` (M, T) = 1 / (k_j beta + ckm);

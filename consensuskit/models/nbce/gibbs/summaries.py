@@ -7,6 +7,8 @@ import numpy as np
 from numba import njit
 from sklearn.utils import check_random_state
 
+from consensuskit.models.nbce.gibbs.rows import sampler_rows
+
 __all__ = ["draw_counts", "co_clustering", "point_consensus", "draw_votes",
            "draw_memberships", "relabel_by_size", "split_rhat", "RHAT_THRESHOLD"]
 
@@ -15,13 +17,11 @@ def draw_counts(rows, z, truncation, n_labels):
     """Label counts ``N_kl`` (T, L) and per-column counts ``N_kj`` (T, M) of one draw.
 
     ``rows``: the (N, M) global label index (-1 missing), or the pair ``(codes,
-    offsets)`` the sampler reads (:func:`~consensuskit.models.nbce.gibbs.state.
+    offsets)`` the sampler reads (:func:`~consensuskit.models.nbce.gibbs.rows.
     sampler_rows`); ``z`` (N,).  Counted in one compiled pass over the rows, with no
     (N,) temporaries (the column-at-a-time bincounts had taken about 24 B per row at 1e7
     rows; the pairs of observed positions before them, 3.2 GB).
     """
-    from consensuskit.models.nbce.gibbs.state import sampler_rows
-
     rows = sampler_rows(rows)
     z = np.asarray(z)
     T = int(truncation)
