@@ -16,7 +16,10 @@ Fits are short (a few iterations, one restart): memory, not convergence, is meas
 BCE's default (collapsed Gibbs) runs ``n_sweeps`` on 10,000 rows and then 60 sweeps over
 all rows; ``--final-sweeps S`` (default 60, the estimator's) sets the latter for a run at
 1e7 rows (memory does not depend on it once it is at least 3, so that draws are pooled:
-compare two values at 1e6).  ``--where`` prints where the resident set grew.
+compare two values at 1e6).  ``nbce`` is a short fit (truncation 8, 2 draws, one chain);
+``nbce_defaults`` is NBCE with every default (4 chains x 500 draws, whose stored draws
+of z are most of its memory; run it at N = 1e4-1e5, not 1e7).  ``--where`` prints where
+the resident set grew.
 
 Usage::
 
@@ -36,7 +39,7 @@ import time
 import numpy as np
 
 CASES = ["input", "from_labels", "bce", "bce_float32", "bce_membership", "bce_defaults", "mm",
-         "mm_restarts", "nbce"]
+         "mm_restarts", "nbce", "nbce_defaults"]
 
 
 def labels(n, m, k=10, seed=0, missing=0.05):
@@ -128,6 +131,10 @@ def run_case(case, n, m, where=False, final_sweeps=60):
         from consensuskit import NBCE
 
         NBCE(truncation=8, n_samples=2, burn_in=1, n_chains=1, random_state=0).fit(X)
+    elif case == "nbce_defaults":  # every default: 4 chains x 500 draws of z kept
+        from consensuskit import NBCE
+
+        NBCE(random_state=0).fit(X)
     elif case != "input":
         raise SystemExit(f"unknown case {case}")
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
