@@ -78,7 +78,7 @@ class GibbsState:
         self.z = z.copy()
         self.T = max(self.T, int(top))
         self.cnt = np.bincount(self.z, minlength=self.T).astype(np.int64)
-        nkl, nkm = draw_counts(self.rows, self.z, self.T, self.n_labels)  # a column at a time
+        nkl, nkm = draw_counts(self.rows, self.z, self.T, self.n_labels)  # one compiled pass
         self.nlk = np.ascontiguousarray(nkl.T)
         self.ckm = np.ascontiguousarray(nkm.T)
         #: split-merge and slice counters, see :meth:`iterate`
@@ -151,10 +151,10 @@ class GibbsState:
 
     def _add_rows(self, rows, label):
         """Put ``rows`` (out of the counts) in component ``label`` (after :meth:`grow`)."""
+        codes, offsets = self.rows
         for n in np.atleast_1d(rows):
             self.z[n] = label
             self.cnt[label] += 1
-            codes, offsets = self.rows
             obs = np.flatnonzero(codes[n] >= 0)
             self.nlk[offsets[obs] + codes[n, obs], label] += 1
             self.ckm[obs, label] += 1

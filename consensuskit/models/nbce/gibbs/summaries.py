@@ -7,6 +7,7 @@ import numpy as np
 from numba import njit
 from sklearn.utils import check_random_state
 
+from consensuskit.models.nbce.gibbs.kernels import _label
 from consensuskit.models.nbce.gibbs.rows import sampler_rows
 
 __all__ = ["draw_counts", "co_clustering", "point_consensus", "draw_votes",
@@ -36,14 +37,13 @@ def draw_counts(rows, z, truncation, n_labels):
 def _count(rows, z, Nkl, Nkm):
     """:func:`draw_counts`'s loop: ``Nkl[z_i, x_ij] += 1`` and ``Nkm[z_i, j] += 1`` over the
     observed ``(i, j)``."""
-    codes, offsets = rows
-    N, M = codes.shape
+    N, M = rows[0].shape
     for i in range(N):
         k = z[i]
         for j in range(M):
-            x = codes[i, j]
+            x = _label(rows, i, j)
             if x >= 0:
-                Nkl[k, offsets[j] + x] += 1
+                Nkl[k, x] += 1
                 Nkm[k, j] += 1
 
 
