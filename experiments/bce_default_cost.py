@@ -9,12 +9,15 @@ the median of the repeats' CPU ratios, are printed.  The numba
 kernels are compiled (or loaded) by a small fit first, outside the timings.
 
 Usage: python experiments/bce_default_cost.py [--N 2000 20000 100000] [--repeats 3]
-       [--settings 5,10 12,40]
+       [--settings 5,10 12,40] [--bce-kwargs '{"n_sweeps": 100}']
+
+``--bce-kwargs``: keyword arguments for the "gibbs" fit (a variant of the default).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -45,7 +48,10 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--settings", nargs="+", default=[f"{K},{M}"],
                     help="K,M pairs (default: 5,10)")
+    ap.add_argument("--bce-kwargs", default="{}", metavar="JSON",
+                    help="keyword arguments for the gibbs fit (default: none)")
     args = ap.parse_args(argv)
+    kw = json.loads(args.bce_kwargs)
     torch.set_num_threads(1)
     X0, _, _ = simulate(np.random.default_rng(0), 200, M, n_clusters=K, n_labels=KJ, alpha=ALPHA)
     for est in ("gibbs", "meanfield"):  # compile / load the kernels
@@ -59,7 +65,7 @@ def main(argv=None):
                                alpha=ALPHA)
             g, m = [], []
             for r in range(args.repeats):
-                g.append(timed(BCE(k, random_state=r), X))
+                g.append(timed(BCE(k, random_state=r, **kw), X))
                 m.append(timed(BCE(k, alpha_estimate="meanfield", random_state=r), X))
             ratio = np.median([a[0] / b[0] for a, b in zip(g, m)])
             g, m = np.median(g, 0), np.median(m, 0)

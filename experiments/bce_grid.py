@@ -33,6 +33,11 @@ resumes)::
     python experiments/bce_grid.py --K 2 5 --M 4 10 --alpha 0.1 1 --kj 3 --N 1000
     python experiments/bce_grid.py --cells 2,4,0.1,3 12,40,1,6 --N 10000 --seeds 0
     python experiments/bce_grid.py --report grid.jsonl [--baseline earlier.jsonl]
+    python experiments/bce_grid.py --N 1000 --bce-kwargs '{"n_sweeps": 100}' --out short.jsonl
+
+``--bce-kwargs`` fits a variant of the default in the "default" columns (its keyword
+arguments are kept in each row), to be compared with a run of the default by
+``--report short.jsonl --baseline default.jsonl``.
 """
 
 from __future__ import annotations
@@ -97,11 +102,13 @@ NBCE_SHORT = dict(n_chains=2, burn_in=100, n_samples=200)
 
 
 def run_cell(K, M, alpha, kj, N, seed, nbce=False, particles=1000, meanfield=True,
-             nbce_kw=None):
+             nbce_kw=None, bce_kw=None):
+    """One cell and seed; ``bce_kw``: keyword arguments for the default fit (a variant of
+    the default to compare with it, e.g. ``{"n_sweeps": 100}``; None: the default)."""
     rng = np.random.default_rng([K, M, int(alpha * 100), kj, N, seed])
     X, a, betas = simulate(rng, N + N_HELD, M, n_clusters=K, n_labels=kj, alpha=alpha)
     train, test = X[:N], X[N:]
-    d, t_d = timed(BCE(K, random_state=seed), train)
+    d, t_d = timed(BCE(K, random_state=seed, **(bce_kw or {})), train)
     if meanfield:
         mf, t_mf = timed(BCE(K, alpha_estimate="meanfield", random_state=seed), train)
     mm, t_mm = timed(MM(K, random_state=seed), train)
@@ -129,6 +136,8 @@ def run_cell(K, M, alpha, kj, N, seed, nbce=False, particles=1000, meanfield=Tru
            "sa_true": float(a.sum()), "sa_default": float(d.alpha_.sum()),
            "alpha_default": [float(x) for x in d.alpha_], "eta_default": float(d.eta_),
            "cpu": {"default": t_d, "MM": t_mm}}
+    if bce_kw:
+        out["bce_kw"] = dict(bce_kw)
     if meanfield:
         ll_mf, _ = rows_loglik(mf.alpha_, mf.beta_, held, seed, particles)
         out.update(meanfield=ratio(ll_mf), sa_meanfield=float(mf.alpha_.sum()))
@@ -254,6 +263,9 @@ def main(argv=None):
                     help="NBCE with its default sampler length (else NBCE_SHORT)")
     ap.add_argument("--no-meanfield", action="store_true")
     ap.add_argument("--out", default=None, help="JSON lines file; cells in it are skipped")
+    ap.add_argument("--bce-kwargs", default=None, metavar="JSON",
+                    help='keyword arguments for the "default" fit, e.g. \'{"n_sweeps": 100}\' '
+                         "(recorded in each row as bce_kw)")
     args = ap.parse_args(argv)
     if args.report:
         report(args.report)
@@ -281,7 +293,8 @@ def main(argv=None):
             try:
                 r = run_cell(K, M, alpha, kj, N, seed, nbce=args.nbce and N <= 1000,
                              particles=args.particles, meanfield=not args.no_meanfield,
-                             nbce_kw={} if args.nbce_full else None)
+                             nbce_kw={} if args.nbce_full else None,
+                             bce_kw=json.loads(args.bce_kwargs) if args.bce_kwargs else None)
             except Exception as exc:  # a failed cell is a result: recorded, not hidden
                 r = {"K": K, "M": M, "alpha": alpha, "kj": kj, "N": N, "seed": seed,
                      "error": f"{type(exc).__name__}: {exc}"}
