@@ -31,13 +31,6 @@ from consensuskit.models.bce import cavi, initialise
 
 __all__ = ["BCE"]
 
-#: rows the k-means start of each collapsed-Gibbs chain sees (``init="kmeans"``): a
-#: sampler needs a start in the right basin, not a converged k-means of every row, and
-#: the three restarts' k-means on 20,000 rows had been 2 of the default's 14 s at
-#: K = 12, M = 40, N = 2e4 (issue 24); the mean-field fit, which stops at the optimum
-#: nearest its start, keeps 20,000
-GIBBS_KMEANS_ROWS = 2000
-
 
 class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     """Bayesian cluster ensemble: a mixed-membership model of base-clustering labels.
@@ -280,14 +273,14 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             return self.alpha_estimate
         return "gibbs" if self.inference == "cavi" else "meanfield"
 
-    def initial_beta(self, ensemble, K, rs, *, kmeans_rows=initialise.KMEANS_MAX_ROWS):
+    def initial_beta(self, ensemble, K, rs):
         """A starting beta (K, sum_j k_j) by this estimator's ``init`` ("kmeans": from a
-        k-means of the rows' one-hot labels, on at most ``kmeans_rows`` random rows;
+        k-means of the rows' one-hot labels, on at most ``initialise.KMEANS_MAX_ROWS``
+        random rows, for the mean-field restarts and the sampler's chains alike;
         "seeded"; "random"), drawn from ``rs`` (a RandomState); one call per restart, in
         the order of the restarts."""
         if self.init == "kmeans":
-            return initialise.init_beta_kmeans(ensemble, K, rs, max_rows=kmeans_rows,
-                                               n_jobs=self._threads())
+            return initialise.init_beta_kmeans(ensemble, K, rs, n_jobs=self._threads())
         if self.init == "seeded":
             return initialise.init_beta_seeded(ensemble, K, rs)
         return initialise.init_beta_random(ensemble, K, rs)
@@ -424,8 +417,7 @@ class BCE(HubBackedMixin, DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             score = score(seed)
 
         engine = CollapsedGibbsEM(ensemble.codes, ensemble.offsets, K,
-                                  lambda rng: self.initial_beta(
-                                      ensemble, K, rng, kmeans_rows=GIBBS_KMEANS_ROWS),
+                                  lambda rng: self.initial_beta(ensemble, K, rng),
                                   n_sweeps=self.n_sweeps, n_chains=self.n_init, score=score,
                                   features=features, dtype=self._dtype, device=self._device)
         fit = drive(engine, max_iter=engine.total_sweeps, n_runs=1, tol=None, rng=rs,
