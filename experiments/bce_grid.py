@@ -272,6 +272,7 @@ def main(argv=None):
         if args.baseline:
             compare(args.report, args.baseline)
         return None
+    bce_kw = json.loads(args.bce_kwargs) if args.bce_kwargs else None  # bad JSON: fail now
     torch.set_num_threads(1)
     done = set()
     if args.out and os.path.exists(args.out):
@@ -294,7 +295,7 @@ def main(argv=None):
                 r = run_cell(K, M, alpha, kj, N, seed, nbce=args.nbce and N <= 1000,
                              particles=args.particles, meanfield=not args.no_meanfield,
                              nbce_kw={} if args.nbce_full else None,
-                             bce_kw=json.loads(args.bce_kwargs) if args.bce_kwargs else None)
+                             bce_kw=bce_kw)
             except Exception as exc:  # a failed cell is a result: recorded, not hidden
                 r = {"K": K, "M": M, "alpha": alpha, "kj": kj, "N": N, "seed": seed,
                      "error": f"{type(exc).__name__}: {exc}"}
