@@ -14,13 +14,12 @@ from consensuskit.models.nbce.gibbs.moves import (
     _update_hyper,
     identical_row_groups,
 )
-from consensuskit.models.nbce.gibbs.rows import sampler_index, sampler_rows
+from consensuskit.models.nbce.gibbs.rows import sampler_rows
 from consensuskit.models.nbce.gibbs.split_merge import _split_merge
 from consensuskit.models.nbce.gibbs.summaries import draw_counts
 from consensuskit.models.nbce.priors import get_prior
 
-__all__ = ["GibbsState", "conditional_probs", "sample_conditional", "gibbs_step",
-           "sampler_index", "sampler_rows"]
+__all__ = ["GibbsState", "conditional_probs", "sample_conditional", "gibbs_step"]
 
 #: default share of split-merge proposals whose pair is drawn near each other
 SPLIT_MERGE_LOCAL_SHARE = 0.5
