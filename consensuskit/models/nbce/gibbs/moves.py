@@ -12,6 +12,7 @@ import numpy as np
 
 from consensuskit.models.nbce.gibbs.kernels import (
     _ENTRY,
+    _HOT,
     _INNER,
     _label,
     _log_prior_nb,
@@ -52,14 +53,23 @@ def _block_prior_deltas(cnt, a, a0, code, out, unbounded):
     for k in range(K):
         ge += cnt[k]
     acc = 0.0  # sum over h < k of the change of stick h's term
+    # an empty component's two terms depend only on N_{>=k}, the same along a run of
+    # empty components: computed once per run (most of a large table is empty)
+    run_ge, run_own, run_acc = -1.0, 0.0, 0.0
     for k in range(K):
         nk = cnt[k]
         gt = ge - nk  # N_{>k}
         if k < K - 1 or unbounded:
-            out[k] = acc + (math.lgamma(1.0 + nk + a) - math.lgamma(1.0 + nk)
-                            - math.lgamma(1.0 + a0 + ge + a) + math.lgamma(1.0 + a0 + ge))
-            acc += (math.lgamma(a0 + gt + a) - math.lgamma(a0 + gt)
-                    - math.lgamma(1.0 + a0 + ge + a) + math.lgamma(1.0 + a0 + ge))
+            if nk == 0 and ge == run_ge:
+                own, step = run_own, run_acc
+            else:
+                up, at = math.lgamma(1.0 + a0 + ge + a), math.lgamma(1.0 + a0 + ge)
+                own = math.lgamma(1.0 + nk + a) - math.lgamma(1.0 + nk) - up + at
+                step = math.lgamma(a0 + gt + a) - math.lgamma(a0 + gt) - up + at
+                if nk == 0:
+                    run_ge, run_own, run_acc = ge, own, step
+            out[k] = acc + own
+            acc += step
         else:
             out[k] = acc
         ge = gt
@@ -68,6 +78,48 @@ def _block_prior_deltas(cnt, a, a0, code, out, unbounded):
 
 
 _RISING_MAX = 8  # groups up to this size: rising products instead of log-gamma differences
+_LGAMMA_TABLE = 1 << 16  # most entries of a pass's log Γ(β + n) table
+
+
+@numba.njit(**_HOT)
+def _lgamma_beta(table, beta, n):
+    """``log Γ(β + n)`` for a count ``n``, from ``table`` (NaN where not yet computed;
+    ``n`` past its end: computed each time)."""
+    if n >= table.shape[0]:
+        return math.lgamma(beta + n)
+    v = table[n]
+    if v != v:
+        v = math.lgamma(beta + n)
+        table[n] = v
+    return v
+
+
+@numba.njit(**_INNER)
+def _group_loglik_large(rows, r0, k, a, nlk, ckm, beta, Jbeta, cls, lg_beta, memo_c, memo_lg):
+    """:func:`_group_loglik_in` for groups over ``_RISING_MAX``, with the log-gammas
+    looked up where they repeat: ``lg_beta`` holds ``log Γ(β + n)`` by count ``n``
+    (:func:`_lgamma_beta`, filled as met), and columns of one class ``cls[m]`` (equal
+    ``k_jβ``) share their ``log Γ(k_jβ + N_kj (+ a))`` while ``N_kj`` is the same (every
+    column of the class when none is missing); ``memo_c`` (classes,) and ``memo_lg``
+    (classes, 2) are scratch.  The sum is the one of four log-gammas per column, term
+    for term (``log Γ(β + N_kl + a)`` as ``log Γ(β + (N_kl + a))``, equal to the last
+    bit or so)."""
+    for q in range(memo_c.shape[0]):
+        memo_c[q] = -1
+    v = 0.0
+    for m in range(rows[0].shape[1]):
+        l = _label(rows, r0, m)
+        if l >= 0:
+            n = nlk[l, k]
+            up, at = _lgamma_beta(lg_beta, beta, n + a), _lgamma_beta(lg_beta, beta, n)
+            c = ckm[m, k]
+            q = cls[m]
+            if memo_c[q] != c:
+                memo_c[q] = c
+                memo_lg[q, 0] = math.lgamma(Jbeta[m] + c + a)
+                memo_lg[q, 1] = math.lgamma(Jbeta[m] + c)
+            v += (up - at - memo_lg[q, 0] + memo_lg[q, 1])
+    return v
 
 
 @numba.njit(**_INNER)
@@ -77,16 +129,8 @@ def _group_loglik_in(rows, r0, k, a, nlk, ckm, beta, Jbeta):
     N_kl) - log Γ(k_jβ + N_kj + a) + log Γ(k_jβ + N_kj)``.  Up to ``_RISING_MAX`` copies
     it is the log of the product of ``(β + N_kl + t) / (k_jβ + N_kj + t)``, ``t < a``
     (each factor at most 1; one logarithm when the product falls below 1e-200),
-    about ten times faster than four log-gammas per column."""
-    if a > _RISING_MAX:
-        v = 0.0
-        for m in range(rows[0].shape[1]):
-            l = _label(rows, r0, m)
-            if l >= 0:
-                v += (math.lgamma(beta + nlk[l, k] + a) - math.lgamma(beta + nlk[l, k])
-                      - math.lgamma(Jbeta[m] + ckm[m, k] + a)
-                      + math.lgamma(Jbeta[m] + ckm[m, k]))
-        return v
+    about ten times faster than four log-gammas per column (larger groups:
+    :func:`_group_loglik_large`)."""
     logv = 0.0
     prod = 1.0
     for m in range(rows[0].shape[1]):
@@ -129,6 +173,26 @@ def _block_moves(rows, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bpt
     K = cnt.shape[0]
     M = rows[0].shape[1]
     lw = np.empty(K)
+    # columns with equal k_j beta share a class (the large groups' log-gamma memo)
+    cls = np.empty(M, dtype=np.int64)
+    rep = np.empty(M)
+    n_cls = 0
+    for m in range(M):
+        q = 0
+        while q < n_cls and rep[q] != Jbeta[m]:
+            q += 1
+        if q == n_cls:
+            rep[q] = Jbeta[m]
+            n_cls += 1
+        cls[m] = q
+    memo_c = np.empty(n_cls, dtype=np.int64)
+    memo_lg = np.empty((n_cls, 2))
+    # log Γ(β + n) by count n (β is fixed during the pass), up to the rows plus the
+    # largest group, at most _LGAMMA_TABLE entries
+    a_max = 0
+    for g in range(G):
+        a_max = max(a_max, bptr[g + 1] - bptr[g])
+    lg_beta = np.full(min(rows[0].shape[0] + a_max + 1, _LGAMMA_TABLE), np.nan)
     for t in range(start, n_moves if n_moves < G else G):
         g = t if n_moves >= G else np.random.randint(0, G)  # noqa: NPY002 - numba RNG
         r0 = brows[bptr[g]]
@@ -153,8 +217,11 @@ def _block_moves(rows, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bpt
         for k in range(K):
             if cnt[k] == 0:
                 lw[k] += v_empty
-                continue
-            lw[k] += _group_loglik_in(rows, r0, k, a, nlk, ckm, beta, Jbeta)
+            elif a > _RISING_MAX:
+                lw[k] += _group_loglik_large(rows, r0, k, a, nlk, ckm, beta, Jbeta, cls,
+                                             lg_beta, memo_c, memo_lg)
+            else:
+                lw[k] += _group_loglik_in(rows, r0, k, a, nlk, ckm, beta, Jbeta)
         mx = lw[0]
         for k in range(1, K):
             if lw[k] > mx:
