@@ -211,6 +211,32 @@ def test_search_is_reproducible_and_threads_give_the_same_answer():
     assert i1.n_clusters <= i1.max_n_clusters
 
 
+def test_search_on_spaced_draws():
+    """``max_draws`` searches the evenly spaced subset: the same as searching those draws
+    directly, its ``expected_loss`` over all draws and ``run_losses`` over the subset;
+    ``max_draws`` >= S is the full search."""
+    rng = np.random.default_rng(8)
+    draws = concentrated(rng, 60, 41, k=4, noise=0.3)
+    pp = PartitionPosterior(draws)
+    kw = dict(n_runs=3, n_jobs=1, random_state=5)
+    full, info_full = pp.point_estimate(**kw)
+    same, info_same = pp.point_estimate(max_draws=41, **kw)
+    np.testing.assert_array_equal(full, same)
+    assert info_full.n_draws == info_same.n_draws == 41
+    est, info = pp.point_estimate(max_draws=5, **kw)
+    keep = [0, 10, 20, 30, 40]
+    sub, info_sub = PartitionPosterior(draws[keep]).point_estimate(
+        max_n_clusters=int(pp.n_clusters_draws.max()), **kw)
+    np.testing.assert_array_equal(est, sub)
+    assert info.n_draws == 5
+    assert info.run_losses.min() == pytest.approx(info_sub.expected_loss, rel=1e-12)
+    assert info.expected_loss == pytest.approx(pp.expected_loss(est), rel=1e-12)
+    assert info.expected_loss != pytest.approx(info_sub.expected_loss, rel=1e-6)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="max_draws"):
+            pp.point_estimate(max_draws=bad)
+
+
 # --------------------------------------------------------------------------- credible ball
 
 

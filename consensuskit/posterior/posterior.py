@@ -124,17 +124,38 @@ class PartitionPosterior:
 
     # -- point estimate ------------------------------------------------------------------
     def point_estimate(self, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_sweeps=None,
-                       max_zealous=10, prob_sequential_allocation=0.5, n_jobs=None,
-                       random_state=None, progress=False):
+                       max_zealous=10, prob_sequential_allocation=0.5, max_draws=None,
+                       n_jobs=None, random_state=None, progress=False):
         """The partition minimising the posterior expected ``loss``, by SALSO search.
 
         See :func:`consensuskit.posterior.search.salso_search` for the algorithm and every
-        parameter (``max_sweeps`` is its ``max_scans``).  Returns ``(labels (N,), SearchInfo)``.
+        parameter (``max_sweeps`` is its ``max_scans``; ``max_n_clusters`` defaults to the
+        most clusters of any draw).  ``max_draws``: the search scores its moves on at most
+        this many draws, evenly spaced over the S (``None``: all).  Its cost grows faster
+        than S (its tables hold S x clusters x clusters counts), while neighbouring draws
+        of a Markov chain add little to the expected loss; the returned
+        ``SearchInfo.expected_loss`` is then over all S draws, ``run_losses`` over the
+        ``n_draws`` searched.  Returns ``(labels (N,), SearchInfo)``.
         """
-        return salso_search(self._lab, self._k, loss=loss, a=a, max_n_clusters=max_n_clusters,
-                            n_runs=n_runs, max_scans=max_sweeps, max_zealous=max_zealous,
-                            prob_sequential_allocation=prob_sequential_allocation,
-                            n_jobs=n_jobs, random_state=random_state, progress=progress)
+        lab, k = self._lab, self._k
+        if max_draws is not None:
+            if isinstance(max_draws, bool) or not isinstance(max_draws, (int, np.integer)) \
+                    or max_draws < 1:
+                raise ValueError(f"max_draws must be an integer >= 1 or None; got {max_draws!r}")
+            if max_draws < self.n_draws:
+                keep = np.unique(np.linspace(0, self.n_draws - 1, int(max_draws)).round()
+                                 .astype(np.int64))
+                lab, k = np.ascontiguousarray(lab[:, keep]), k[keep]
+        if max_n_clusters is None:
+            max_n_clusters = int(self._k.max())
+        labels, info = salso_search(
+            lab, k, loss=loss, a=a, max_n_clusters=max_n_clusters, n_runs=n_runs,
+            max_scans=max_sweeps, max_zealous=max_zealous,
+            prob_sequential_allocation=prob_sequential_allocation, n_jobs=n_jobs,
+            random_state=random_state, progress=progress)
+        if info.n_draws < self.n_draws:
+            info.expected_loss = self.expected_loss(labels, loss=info.loss, a=info.a)
+        return labels, info
 
     # -- credible ball -------------------------------------------------------------------
     def credible_ball(self, estimate, level=0.95, loss="vi"):

@@ -55,6 +55,8 @@ class SearchInfo:
     sequential_init : (n_runs,) bool, whether the run started by sequential allocation.
     best_run : int, index of the run that gave the estimate.
     seeds : (n_runs,) the seed of each run.
+    n_draws : int, the draws the search scored its moves on (see ``max_draws`` of
+        :meth:`consensuskit.posterior.PartitionPosterior.point_estimate`).
     """
 
     loss: str
@@ -69,6 +71,7 @@ class SearchInfo:
     sequential_init: np.ndarray = field(repr=False)
     best_run: int = 0
     seeds: np.ndarray = field(default=None, repr=False)
+    n_draws: int = 0
 
 
 def _precedes(loss, r, b) -> bool:
@@ -196,5 +199,6 @@ def salso_search(lab, k, loss="vi", a=1.0, max_n_clusters=None, n_runs=16, max_s
         n_zealous_accepts=infos[:, 2].astype(np.int64),
         n_zealous_attempts=infos[:, 3].astype(np.int64),
         sequential_init=infos[:, 4] > 0.5, best_run=best, seeds=np.asarray(seeds),
+        n_draws=S,
     )
     return labels, info
