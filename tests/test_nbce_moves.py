@@ -23,9 +23,9 @@ from consensuskit.data.ensemble import Ensemble
 from consensuskit.models.nbce.gibbs import GibbsState, gibbs_nbce
 from consensuskit.models.nbce.gibbs.kernels import _seed
 from consensuskit.models.nbce.gibbs.moves import (
-    _RISING_MAX,
-    _group_loglik_in,
-    _group_loglik_large,
+    _ROW_BETA,
+    _ROW_CLASS,
+    _group_loglik,
     identical_row_groups,
 )
 from consensuskit.models.nbce.priors import FSD, TSB, get_prior
@@ -165,10 +165,8 @@ def _group_conditional(ens, z0, size, alpha0, beta, prior):
 @pytest.mark.parametrize("size", [5, 12])
 def test_group_move_draws_the_group_conditional(prior, size):
     """One group move of ``size`` identical rows (a missing label among them) draws the
-    group's component from its exact conditional, computed from the collapsed joint: for
-    groups up to ``_RISING_MAX`` (rising products) and above it (log-gamma tables and
-    the per-class memo).  Control: the same draws fail against the conditional at beta
-    40% off."""
+    group's component from its exact conditional, computed from the collapsed joint.
+    Control: the same draws fail against the conditional at beta 40% off."""
     a0, beta, reps = 2.0, 4.0, 6000
     ens = Ensemble.from_labels(np.array([_GROUP_ROW] * size + _NEIGHBOURS))
     z0 = np.array([1] * size + _NEIGHBOURS_Z)
@@ -185,22 +183,18 @@ def test_group_move_draws_the_group_conditional(prior, size):
 
 
 @numba.njit
-def _call_group_loglik(large, rows, r0, k, a, nlk, ckm, beta, Jbeta, cls, table, memo_c,
-                       memo_lg):
-    """The inner kernels have no Python entry point: called from a compiled function."""
-    if large:
-        return _group_loglik_large(rows, r0, k, a, nlk, ckm, beta, Jbeta, cls, table,
-                                   memo_c, memo_lg)
-    return _group_loglik_in(rows, r0, k, a, nlk, ckm, beta, Jbeta)
+def _call_group_loglik(rows, r0, k, a, nlk, ckm, cls, table, shifts):
+    """The inner kernel has no Python entry point: called from a compiled function."""
+    return _group_loglik(rows, r0, k, a, nlk, ckm, cls, table, shifts)
 
 
 @pytest.mark.parametrize("table_size", [3, 10_000])
 def test_group_likelihood_kernels_equal_the_log_gamma_sum(table_size):
-    """Both group likelihoods (rising products up to ``_RISING_MAX``, tables and the
-    per-class memo above it) equal the sum of four log-gammas per observed column, for
-    every component, rows with missing labels, columns of repeated and distinct k_j, and
-    counts inside and past the table's end (``table_size`` 3); the table and memo are
-    reused across calls, as in a pass of group moves."""
+    """The group likelihood from log-gamma tables equals the sum of four log-gammas per
+    observed column, for every component, rows with missing labels, columns of repeated
+    and distinct k_j (one table row per class), and counts inside and past the table's
+    end (``table_size`` 3); the table is reused across calls, as in a pass of group
+    moves."""
     rng = np.random.default_rng(3)
     n_labels = [2, 3, 3, 4, 2, 3]
     X = np.column_stack([rng.integers(0, k, size=40) for k in n_labels])
@@ -209,10 +203,10 @@ def test_group_likelihood_kernels_equal_the_log_gamma_sum(table_size):
     T5 = 5
     st = GibbsState(ens.offset_index(), ens.n_labels, rng.integers(0, T5, size=40), T5,
                     A0, 0.7, "fsd")
-    _, cls = np.unique(st.Jbeta, return_inverse=True)
-    n_cls = int(cls.max()) + 1
-    table = np.full(table_size, np.nan)
-    memo_c, memo_lg = np.empty(n_cls, dtype=np.int64), np.empty((n_cls, 2))
+    classes, cls = np.unique(st.Jbeta, return_inverse=True)
+    shifts = np.concatenate([np.full(_ROW_CLASS, np.nan), classes])
+    shifts[_ROW_BETA] = st.beta
+    table = np.full((shifts.size, table_size), np.nan)
     codes = ens.codes
     for r0 in range(6):
         for a in range(1, 31, 4):
@@ -224,11 +218,9 @@ def test_group_likelihood_kernels_equal_the_log_gamma_sum(table_size):
                         c = st.ckm[m, k]
                         want += (gammaln(st.beta + n + a) - gammaln(st.beta + n)
                                  - gammaln(st.Jbeta[m] + c + a) + gammaln(st.Jbeta[m] + c))
-                for large in ([False, True] if a <= _RISING_MAX else [True]):
-                    got = _call_group_loglik(large, st.rows, r0, k, a, st.nlk, st.ckm,
-                                             st.beta, st.Jbeta, cls.astype(np.int64), table,
-                                             memo_c, memo_lg)
-                    assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+                got = _call_group_loglik(st.rows, r0, k, a, st.nlk, st.ckm,
+                                         cls.astype(np.int64), table, shifts)
+                assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
 
 
 def test_invariance_check_has_power():

@@ -30,32 +30,54 @@ __all__ = ["identical_row_groups", "GroupStop"]
 GroupStop = namedtuple("GroupStop", ["move", "group", "label"])
 
 
+# Log-gamma tables of a pass of group moves: row r holds log Γ(shift_r + n) by count n,
+# filled as met (NaN until then).  The shifts are fixed during a pass: β, each distinct
+# k_jβ (a column class), and the prior's α0 terms.
+_ROW_BETA, _ROW_ONE, _ROW_A0, _ROW_ONE_A0, _ROW_FSD, _ROW_CLASS = 0, 1, 2, 3, 4, 5
+_LGAMMA_TABLE = 1 << 16  # most entries per row
+
+
+@numba.njit(**_HOT)
+def _lgamma_at(table, shifts, r, n):
+    """``log Γ(shifts[r] + n)`` for a count ``n`` (past the table's end: computed each
+    time)."""
+    if n >= table.shape[1]:
+        return math.lgamma(shifts[r] + n)
+    v = table[r, n]
+    if v != v:
+        v = math.lgamma(shifts[r] + n)
+        table[r, n] = v
+    return v
+
+
 @numba.njit(**_INNER)
-def _block_prior_deltas(cnt, a, a0, code, out, unbounded):
-    """``out[k] = log p(z with a more points in k) - log p(z)`` for every component k.
+def _block_prior_deltas(cnt, a, code, out, unbounded, table, shifts):
+    """``out[k] = log p(z with a more points in k) - log p(z)`` for every component k
+    (``a`` an integer; log-gammas from ``table``, see :func:`_lgamma_at`).
 
     With ``unbounded`` (untruncated TSB, the last component empty) ``out[T-1]`` is the
     summed weight of all labels ``>= T-1``: each empty stick passed multiplies the
     weight by ``q_a = alpha0 / (alpha0 + a)``, so the tail is a geometric series.
     """
     K = cnt.shape[0]
-    if code == 1:
-        aa = a0 / K
-        empty = math.lgamma(aa + a) - math.lgamma(aa)  # the same for every empty component
+    if code == 1:  # symmetric Dirichlet(α0 / K): log Γ(α0/K + n) in row _ROW_FSD
+        empty = (_lgamma_at(table, shifts, _ROW_FSD, a)
+                 - _lgamma_at(table, shifts, _ROW_FSD, 0))  # every empty component
         for k in range(K):
             if cnt[k] > 0:
-                out[k] = math.lgamma(aa + cnt[k] + a) - math.lgamma(aa + cnt[k])
+                out[k] = (_lgamma_at(table, shifts, _ROW_FSD, cnt[k] + a)
+                          - _lgamma_at(table, shifts, _ROW_FSD, cnt[k]))
             else:
                 out[k] = empty
         return
     # TSB: adding a to k raises N_{>h} for h < k and N_k itself
-    ge = 0.0
+    ge = 0
     for k in range(K):
         ge += cnt[k]
     acc = 0.0  # sum over h < k of the change of stick h's term
     # an empty component's two terms depend only on N_{>=k}, the same along a run of
     # empty components: computed once per run (most of a large table is empty)
-    run_ge, run_own, run_acc = -1.0, 0.0, 0.0
+    run_ge, run_own, run_acc = -1, 0.0, 0.0
     for k in range(K):
         nk = cnt[k]
         gt = ge - nk  # N_{>k}
@@ -63,9 +85,12 @@ def _block_prior_deltas(cnt, a, a0, code, out, unbounded):
             if nk == 0 and ge == run_ge:
                 own, step = run_own, run_acc
             else:
-                up, at = math.lgamma(1.0 + a0 + ge + a), math.lgamma(1.0 + a0 + ge)
-                own = math.lgamma(1.0 + nk + a) - math.lgamma(1.0 + nk) - up + at
-                step = math.lgamma(a0 + gt + a) - math.lgamma(a0 + gt) - up + at
+                up = _lgamma_at(table, shifts, _ROW_ONE_A0, ge + a)
+                at = _lgamma_at(table, shifts, _ROW_ONE_A0, ge)
+                own = (_lgamma_at(table, shifts, _ROW_ONE, nk + a)
+                       - _lgamma_at(table, shifts, _ROW_ONE, nk) - up + at)
+                step = (_lgamma_at(table, shifts, _ROW_A0, gt + a)
+                        - _lgamma_at(table, shifts, _ROW_A0, gt) - up + at)
                 if nk == 0:
                     run_ge, run_own, run_acc = ge, own, step
             out[k] = acc + own
@@ -74,76 +99,30 @@ def _block_prior_deltas(cnt, a, a0, code, out, unbounded):
             out[k] = acc
         ge = gt
     if unbounded:
+        a0 = shifts[_ROW_A0]
         out[K - 1] -= math.log1p(-a0 / (a0 + a))
 
 
-_RISING_MAX = 8  # groups up to this size: rising products instead of log-gamma differences
-_LGAMMA_TABLE = 1 << 16  # most entries of a pass's log Γ(β + n) table
-
-
-@numba.njit(**_HOT)
-def _lgamma_beta(table, beta, n):
-    """``log Γ(β + n)`` for a count ``n``, from ``table`` (NaN where not yet computed;
-    ``n`` past its end: computed each time)."""
-    if n >= table.shape[0]:
-        return math.lgamma(beta + n)
-    v = table[n]
-    if v != v:
-        v = math.lgamma(beta + n)
-        table[n] = v
-    return v
-
-
 @numba.njit(**_INNER)
-def _group_loglik_large(rows, r0, k, a, nlk, ckm, beta, Jbeta, cls, lg_beta, memo_c, memo_lg):
-    """:func:`_group_loglik_in` for groups over ``_RISING_MAX``, with the log-gammas
-    looked up where they repeat: ``lg_beta`` holds ``log Γ(β + n)`` by count ``n``
-    (:func:`_lgamma_beta`, filled as met), and columns of one class ``cls[m]`` (equal
-    ``k_jβ``) share their ``log Γ(k_jβ + N_kj (+ a))`` while ``N_kj`` is the same (every
-    column of the class when none is missing); ``memo_c`` (classes,) and ``memo_lg``
-    (classes, 2) are scratch.  The sum is the one of four log-gammas per column, term
-    for term (``log Γ(β + N_kl + a)`` as ``log Γ(β + (N_kl + a))``, equal to the last
-    bit or so)."""
-    for q in range(memo_c.shape[0]):
-        memo_c[q] = -1
+def _group_loglik(rows, r0, k, a, nlk, ckm, cls, table, shifts):
+    """Log Dirichlet-multinomial likelihood of ``a`` copies of row ``r0`` joining
+    component ``k``: the sum over observed columns of ``log Γ(β + N_kl + a) - log Γ(β +
+    N_kl) - log Γ(k_jβ + N_kj + a) + log Γ(k_jβ + N_kj)``, each log-gamma from ``table``
+    (:func:`_lgamma_at`; column ``m``'s ``k_jβ`` in row ``_ROW_CLASS + cls[m]``).  On a
+    segmentation ensemble (M = 20, 57 clusters, 208 groups) a pass took 3.5 ms with the
+    former rising products ``prod_t (β + N_kl + t) / (k_jβ + N_kj + t)`` for groups of up
+    to 8 rows and four computed log-gammas above, 2.7 ms with the tables for all."""
     v = 0.0
     for m in range(rows[0].shape[1]):
         l = _label(rows, r0, m)
         if l >= 0:
             n = nlk[l, k]
-            up, at = _lgamma_beta(lg_beta, beta, n + a), _lgamma_beta(lg_beta, beta, n)
             c = ckm[m, k]
-            q = cls[m]
-            if memo_c[q] != c:
-                memo_c[q] = c
-                memo_lg[q, 0] = math.lgamma(Jbeta[m] + c + a)
-                memo_lg[q, 1] = math.lgamma(Jbeta[m] + c)
-            v += (up - at - memo_lg[q, 0] + memo_lg[q, 1])
+            r = _ROW_CLASS + cls[m]
+            v += (_lgamma_at(table, shifts, _ROW_BETA, n + a)
+                  - _lgamma_at(table, shifts, _ROW_BETA, n)
+                  - _lgamma_at(table, shifts, r, c + a) + _lgamma_at(table, shifts, r, c))
     return v
-
-
-@numba.njit(**_INNER)
-def _group_loglik_in(rows, r0, k, a, nlk, ckm, beta, Jbeta):
-    """Log Dirichlet-multinomial likelihood of ``a`` copies of row ``r0`` joining
-    component ``k``: the sum over observed columns of ``log Γ(β + N_kl + a) - log Γ(β +
-    N_kl) - log Γ(k_jβ + N_kj + a) + log Γ(k_jβ + N_kj)``.  Up to ``_RISING_MAX`` copies
-    it is the log of the product of ``(β + N_kl + t) / (k_jβ + N_kj + t)``, ``t < a``
-    (each factor at most 1; one logarithm when the product falls below 1e-200),
-    about ten times faster than four log-gammas per column (larger groups:
-    :func:`_group_loglik_large`)."""
-    logv = 0.0
-    prod = 1.0
-    for m in range(rows[0].shape[1]):
-        l = _label(rows, r0, m)
-        if l >= 0:
-            nb = beta + nlk[l, k]
-            nj = Jbeta[m] + ckm[m, k]
-            for t in range(a):
-                prod *= (nb + t) / (nj + t)
-            if prod < 1e-200:
-                logv += math.log(prod)
-                prod = 1.0
-    return logv + math.log(prod)
 
 
 @numba.njit(**_ENTRY, nogil=True)
@@ -173,26 +152,26 @@ def _block_moves(rows, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bpt
     K = cnt.shape[0]
     M = rows[0].shape[1]
     lw = np.empty(K)
-    # columns with equal k_j beta share a class (the large groups' log-gamma memo)
+    # columns with equal k_j beta share a class, and a row of the log-gamma table
     cls = np.empty(M, dtype=np.int64)
-    rep = np.empty(M)
+    shifts = np.empty(_ROW_CLASS + M)
     n_cls = 0
     for m in range(M):
         q = 0
-        while q < n_cls and rep[q] != Jbeta[m]:
+        while q < n_cls and shifts[_ROW_CLASS + q] != Jbeta[m]:
             q += 1
         if q == n_cls:
-            rep[q] = Jbeta[m]
+            shifts[_ROW_CLASS + q] = Jbeta[m]
             n_cls += 1
         cls[m] = q
-    memo_c = np.empty(n_cls, dtype=np.int64)
-    memo_lg = np.empty((n_cls, 2))
-    # log Γ(β + n) by count n (β is fixed during the pass), up to the rows plus the
-    # largest group, at most _LGAMMA_TABLE entries
+    shifts[_ROW_BETA], shifts[_ROW_ONE] = beta, 1.0
+    shifts[_ROW_A0], shifts[_ROW_ONE_A0], shifts[_ROW_FSD] = a0, 1.0 + a0, a0 / K
+    # counts up to the rows plus the largest group, at most _LGAMMA_TABLE entries
     a_max = 0
     for g in range(G):
         a_max = max(a_max, bptr[g + 1] - bptr[g])
-    lg_beta = np.full(min(rows[0].shape[0] + a_max + 1, _LGAMMA_TABLE), np.nan)
+    size = min(rows[0].shape[0] + a_max + 1, _LGAMMA_TABLE)
+    table = np.full((_ROW_CLASS + n_cls, size), np.nan)
     for t in range(start, n_moves if n_moves < G else G):
         g = t if n_moves >= G else np.random.randint(0, G)  # noqa: NPY002 - numba RNG
         r0 = brows[bptr[g]]
@@ -207,21 +186,20 @@ def _block_moves(rows, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bpt
             continue
         for q in range(bptr[g], bptr[g + 1]):
             _move(brows[q], c, -1, rows, cnt, nlk, num, ckm, invden, beta, Jbeta)
-        _block_prior_deltas(cnt, float(a), a0, code, lw, unbounded)
+        _block_prior_deltas(cnt, a, code, lw, unbounded, table, shifts)
         v_empty = 0.0  # the likelihood term is the same for every empty component
         for m in range(M):
             l = _label(rows, r0, m)
             if l >= 0:
-                v_empty += (math.lgamma(beta + a) - math.lgamma(beta)
-                            - math.lgamma(Jbeta[m] + a) + math.lgamma(Jbeta[m]))
+                r = _ROW_CLASS + cls[m]
+                v_empty += (_lgamma_at(table, shifts, _ROW_BETA, a)
+                            - _lgamma_at(table, shifts, _ROW_BETA, 0)
+                            - _lgamma_at(table, shifts, r, a) + _lgamma_at(table, shifts, r, 0))
         for k in range(K):
             if cnt[k] == 0:
                 lw[k] += v_empty
-            elif a > _RISING_MAX:
-                lw[k] += _group_loglik_large(rows, r0, k, a, nlk, ckm, beta, Jbeta, cls,
-                                             lg_beta, memo_c, memo_lg)
             else:
-                lw[k] += _group_loglik_in(rows, r0, k, a, nlk, ckm, beta, Jbeta)
+                lw[k] += _group_loglik(rows, r0, k, a, nlk, ckm, cls, table, shifts)
         mx = lw[0]
         for k in range(1, K):
             if lw[k] > mx:
