@@ -90,10 +90,10 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         single-site Gibbs).
     point_estimate : {"vi", "binder", "dahl"}, default "vi"
         Gibbs: ``labels_`` is the partition minimising the posterior expected VI /
-        Binder (a = 1) loss, by SALSO search over all partitions
-        (:meth:`consensuskit.posterior.PartitionPosterior.point_estimate`, 16 runs,
-        ``point_estimate_info_``), or ``"dahl"``: the retained draw closest to the
-        posterior co-clustering in squared loss (Dahl 2006; the former default).
+        Binder (a = 1) loss, by SALSO search over all partitions, scored on 500 evenly
+        spaced draws (:meth:`consensuskit.posterior.PartitionPosterior.point_estimate`,
+        16 runs, ``max_draws=500``: ``point_estimate_info_``), or ``"dahl"``: the retained
+        draw closest to the posterior co-clustering in squared loss (Dahl 2006).
     n_jobs : int, -1 or None, default None
         Gibbs: threads the chains run on; None follows numba's thread setting
         (``numba.set_num_threads`` / ``NUMBA_NUM_THREADS``).  The draws do not
@@ -506,8 +506,8 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         if self.point_estimate == "dahl":
             labels, self._best_draw = point_consensus(Z, random_state=rs)
             return labels
-        labels, info = self._gibbs_partitions().point_estimate(
-            loss=self.point_estimate, random_state=rs)
+        labels, info = self._gibbs_partitions().point_estimate(  # partition_search_draws.py
+            loss=self.point_estimate, max_draws=500, random_state=rs)
         self.point_estimate_info_ = info
         return relabel_by_size(labels)
 
