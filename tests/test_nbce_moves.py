@@ -25,7 +25,7 @@ from consensuskit.models.nbce.gibbs.kernels import _seed
 from consensuskit.models.nbce.gibbs.moves import (
     _ROW_BETA,
     _ROW_CLASS,
-    _group_loglik,
+    _copies_loglik,
     identical_row_groups,
 )
 from consensuskit.models.nbce.priors import FSD, TSB, get_prior
@@ -183,9 +183,9 @@ def test_group_move_draws_the_group_conditional(prior, size):
 
 
 @numba.njit
-def _call_group_loglik(rows, r0, k, a, nlk, ckm, cls, table, shifts):
+def _call_copies_loglik(rows, r0, k, a, nlk, ckm, cls, table, shifts):
     """The inner kernel has no Python entry point: called from a compiled function."""
-    return _group_loglik(rows, r0, k, a, nlk, ckm, cls, table, shifts)
+    return _copies_loglik(rows, r0, k, a, nlk, ckm, cls, table, shifts)
 
 
 @pytest.mark.parametrize("table_size", [3, 10_000])
@@ -218,7 +218,7 @@ def test_group_likelihood_kernels_equal_the_log_gamma_sum(table_size):
                         c = st.ckm[m, k]
                         want += (gammaln(st.beta + n + a) - gammaln(st.beta + n)
                                  - gammaln(st.Jbeta[m] + c + a) + gammaln(st.Jbeta[m] + c))
-                got = _call_group_loglik(st.rows, r0, k, a, st.nlk, st.ckm,
+                got = _call_copies_loglik(st.rows, r0, k, a, st.nlk, st.ckm,
                                          cls.astype(np.int64), table, shifts)
                 assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
 

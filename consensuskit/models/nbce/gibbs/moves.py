@@ -104,7 +104,7 @@ def _block_prior_deltas(cnt, a, code, out, unbounded, table, shifts):
 
 
 @numba.njit(**_INNER)
-def _group_loglik(rows, r0, k, a, nlk, ckm, cls, table, shifts):
+def _copies_loglik(rows, r0, k, a, nlk, ckm, cls, table, shifts):
     """Log Dirichlet-multinomial likelihood of ``a`` copies of row ``r0`` joining
     component ``k``: the sum over observed columns of ``log Γ(β + N_kl + a) - log Γ(β +
     N_kl) - log Γ(k_jβ + N_kj + a) + log Γ(k_jβ + N_kj)``, each log-gamma from ``table``
@@ -199,7 +199,7 @@ def _block_moves(rows, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bpt
             if cnt[k] == 0:
                 lw[k] += v_empty
             else:
-                lw[k] += _group_loglik(rows, r0, k, a, nlk, ckm, cls, table, shifts)
+                lw[k] += _copies_loglik(rows, r0, k, a, nlk, ckm, cls, table, shifts)
         mx = lw[0]
         for k in range(1, K):
             if lw[k] > mx:
