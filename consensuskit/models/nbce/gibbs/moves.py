@@ -35,6 +35,7 @@ GroupStop = namedtuple("GroupStop", ["move", "group", "label"])
 # k_jβ (a column class), and the prior's α0 terms.
 _ROW_BETA, _ROW_ONE, _ROW_A0, _ROW_ONE_A0, _ROW_FSD, _ROW_CLASS = 0, 1, 2, 3, 4, 5
 _LGAMMA_TABLE = 1 << 16  # most entries per row
+_LGAMMA_ENTRIES = 1 << 21  # most entries in all (16 MiB: many k_j classes at large N)
 
 
 @numba.njit(**_HOT)
@@ -166,12 +167,14 @@ def _block_moves(rows, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, bpt
         cls[m] = q
     shifts[_ROW_BETA], shifts[_ROW_ONE] = beta, 1.0
     shifts[_ROW_A0], shifts[_ROW_ONE_A0], shifts[_ROW_FSD] = a0, 1.0 + a0, a0 / K
-    # counts up to the rows plus the largest group, at most _LGAMMA_TABLE entries
+    # counts up to the rows plus the largest group, at most _LGAMMA_TABLE entries a row
+    # and _LGAMMA_ENTRIES in all (larger counts: computed each time)
     a_max = 0
     for g in range(G):
         a_max = max(a_max, bptr[g + 1] - bptr[g])
-    size = min(rows[0].shape[0] + a_max + 1, _LGAMMA_TABLE)
-    table = np.full((_ROW_CLASS + n_cls, size), np.nan)
+    n_rows = _ROW_CLASS + n_cls
+    size = min(rows[0].shape[0] + a_max + 1, _LGAMMA_TABLE, _LGAMMA_ENTRIES // n_rows)
+    table = np.full((n_rows, size), np.nan)
     for t in range(start, n_moves if n_moves < G else G):
         g = t if n_moves >= G else np.random.randint(0, G)  # noqa: NPY002 - numba RNG
         r0 = brows[bptr[g]]
