@@ -74,6 +74,16 @@ def test_nbce_labels_minimise_the_expected_loss(nbce_fits, loss):
     assert nbce_fits["dahl"].point_estimate_info_ is None
 
 
+def test_nbce_searches_on_500_draws_and_scores_on_all(X):
+    """With more than 500 retained draws the default search scores its moves on 500 of
+    them (``n_draws``) and reports the expected loss of ``labels_`` over all of them."""
+    est = ck.NBCE(truncation=8, n_samples=300, burn_in=10, n_chains=2, random_state=2).fit(X)
+    pp = est.partition_posterior_
+    info = est.point_estimate_info_
+    assert pp.n_draws == 600 and info.n_draws == 500
+    assert info.expected_loss == pytest.approx(pp.expected_loss(est.labels_), abs=1e-12)
+
+
 def test_nbce_membership_votes_for_the_cluster_each_draw_maps_to(nbce_fits):
     """membership_ by hand: each draw's cluster goes to the consensus cluster it overlaps
     most; the share of draws voting each cluster."""
