@@ -15,7 +15,7 @@ import numpy as np
 from . import _kernels as _k
 from .credible_ball import CredibleBall, credible_ball_from_distances
 from .losses import _as_partition, _sums, check_loss, loss_to_draws_prepared, prepare_draws
-from .search import SearchInfo, salso_search
+from .search import SearchInfo, _check_int, salso_search
 
 __all__ = ["PartitionPosterior", "SearchInfo", "CredibleBall"]
 
@@ -139,11 +139,9 @@ class PartitionPosterior:
         """
         lab, k = self._lab, self._k
         if max_draws is not None:
-            if isinstance(max_draws, bool) or not isinstance(max_draws, (int, np.integer)) \
-                    or max_draws < 1:
-                raise ValueError(f"max_draws must be an integer >= 1 or None; got {max_draws!r}")
+            max_draws = _check_int(max_draws, "max_draws", 1)
             if max_draws < self.n_draws:
-                keep = np.unique(np.linspace(0, self.n_draws - 1, int(max_draws)).round()
+                keep = np.unique(np.linspace(0, self.n_draws - 1, max_draws).round()
                                  .astype(np.int64))
                 lab, k = np.ascontiguousarray(lab[:, keep]), k[keep]
         if max_n_clusters is None:
