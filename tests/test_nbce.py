@@ -575,7 +575,7 @@ def test_gibbs_row_loglik_occupied_shortcut_equals_full_sum(split_data):
                                        o["col_counts"][0, s], o["alpha0"][0, s],
                                        o["beta"][0, s], o["n_labels"], o["prior"])
         full = logsumexp(lp[None, :] + component_loglik(idx, lt), axis=1)
-        np.testing.assert_allclose(m._draw_loglik(s, idx)[2], full, rtol=1e-12)
+        np.testing.assert_allclose(m._row_logliks_gibbs(idx)[s], full, rtol=1e-12)
         # and the posterior-mean parameters are normalised
         np.testing.assert_allclose(np.exp(lp).sum(), 1.0)
         col_of = np.repeat(np.arange(m.ensemble_.n_partitions), m.ensemble_.n_labels)
@@ -604,19 +604,33 @@ def test_pyro_guides_run_with_svi(prior, incomplete_labels):
 
 
 @pytest.mark.parametrize("prior", ["tsb", "fsd"])
-def test_gibbs_row_logliks_vectorised_equal_per_draw_loop(split_data, prior):
-    """The held-out row log-likelihoods, computed over blocks of draws and rows at once,
-    equal the per-draw computation (:meth:`_draw_loglik`), also in blocks smaller than the
-    data and when the per-draw counts are recomputed from z (not stored)."""
+def test_gibbs_row_logliks_equal_sum_over_components_from_stored_or_recounted_tables(
+        split_data, prior):
+    """The held-out row log-likelihoods of every draw (the compiled pass,
+    :func:`draw_row_logliks`, and the per-component terms ``predict_proba`` reads) equal
+    the plain numpy sum over all T components, from the stored count tables and from
+    counts recomputed from z."""
+    from scipy.special import logsumexp
+
+    from consensuskit.models.nbce.predictive import component_loglik, predictive_parameters
+    from consensuskit.models.nbce.row_scores import draw_component_logliks
+
     tr, te, _ = split_data
     m = NBCE(30, prior=prior, n_samples=6, burn_in=5, n_chains=2, random_state=0).fit(tr)
     idx = m.ensemble_.encode(te, unknown="missing").offset_index()
     assert (idx < 0).any()  # missing labels are in play
-    loop = np.stack([m._draw_loglik(s, idx)[2] for s in range(12)])
-    np.testing.assert_allclose(m._row_logliks_gibbs(idx), loop, rtol=1e-12)
-    np.testing.assert_allclose(m._row_logliks_gibbs(idx, block_elements=7 * 30), loop,
-                               rtol=1e-12)
+    o = m.samples_
+    args = [o[k].reshape(12, *o[k].shape[2:]) for k in ("counts", "label_counts",
+                                                           "col_counts", "alpha0", "beta")]
+    want = np.stack([logsumexp(lp[None] + component_loglik(idx, lt), axis=1) for lp, lt in (
+        predictive_parameters(*a, o["n_labels"], prior) for a in zip(*args))])
+    np.testing.assert_allclose(m._row_logliks_gibbs(idx), want, rtol=1e-12)
+    for s, a in enumerate(zip(*args)):
+        lj, occ, total = draw_component_logliks(idx, *a, o["n_labels"], prior)
+        np.testing.assert_array_equal(occ, np.flatnonzero(a[0]))
+        lp, lt = predictive_parameters(*a, o["n_labels"], prior)
+        np.testing.assert_allclose(lj, lp[occ] + component_loglik(idx, lt[occ]), rtol=1e-12)
+        np.testing.assert_allclose(total, want[s], rtol=1e-12)
     for key in ("label_counts", "col_counts"):
         del m.samples_[key]
-    np.testing.assert_allclose(m._row_logliks_gibbs(idx, block_elements=100), loop,
-                               rtol=1e-12)
+    np.testing.assert_allclose(m._row_logliks_gibbs(idx), want, rtol=1e-12)

@@ -93,6 +93,27 @@ def _bce_importance_sampler():
                             torch.ones(4, 3, dtype=torch.float64), 2, gen, use_kernel=True)
 
 
+def _nbce_row_scores():
+    """NBCE's per-draw row scores (perplexity, ``predict_proba`` and the leave-one-out
+    log-likelihood of ``inference_data_``), which a fit does not call."""
+    from consensuskit.models.nbce.gibbs import draw_counts
+    from consensuskit.models.nbce.row_scores import (
+        draw_component_logliks,
+        draw_loo_logliks,
+        draw_row_logliks,
+    )
+
+    X = _labels()
+    n_labels = X.max(axis=0) + 1
+    idx = np.where(X >= 0, X + np.concatenate([[0], np.cumsum(n_labels)[:-1]]), -1)
+    z = np.arange(X.shape[0]) % 3
+    Nkl, Nkm = draw_counts(idx, z, 4, n_labels)
+    args = (np.bincount(z, minlength=4), Nkl, Nkm, 1.0, 0.5, n_labels, "tsb")
+    draw_row_logliks(idx, *args)
+    draw_component_logliks(idx, *args)
+    draw_loo_logliks(idx, z, *args)
+
+
 def _posterior_step():
     """Compile the partition-posterior kernels (SALSO search and losses)."""
     from consensuskit.posterior.warmup import warm_up as posterior_warm_up
@@ -104,6 +125,7 @@ def _posterior_step():
 OTHER_STEPS = [
     ("Partition posterior search", _posterior_step, ("consensuskit.posterior._kernels",)),
     ("MM potential for NUTS", _mm_potential, ("consensuskit.models.mm.potential",)),
+    ("NBCE row scores", _nbce_row_scores, ("consensuskit.models.nbce.row_scores",)),
     ("BCE row-subset Gibbs", _bce_row_subset, ("consensuskit.models.bce.gibbs_kernels",)),
     ("BCE importance sampler", _bce_importance_sampler, ("consensuskit.models.bce.is_kernel",
                                                          "consensuskit.models.vector_math")),

@@ -34,11 +34,15 @@ from consensuskit.models.nbce.gibbs import (
 )
 from consensuskit.models.nbce.predictive import (
     component_loglik,
-    leave_one_out_logliks,
     log_dirichlet,
     predictive_parameters,
 )
 from consensuskit.models.nbce.priors import PRIORS
+from consensuskit.models.nbce.row_scores import (
+    draw_component_logliks,
+    draw_loo_logliks,
+    draw_row_logliks,
+)
 from consensuskit.models.nbce.truncation import (
     DEFAULT_TRUNCATION,
     MAX_TRUNCATION_BELOW_N,
@@ -320,7 +324,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
 
     def _count_index(self):
         """The training index a loop over draws passes to :meth:`_draw_parameters` and
-        :meth:`_draw_counts` (built once, not per draw), or None when the draws' count
+        :meth:`_each_draw_counts` (built once, not per draw), or None when the draws' count
         tables are stored and it is not needed."""
         return None if "label_counts" in self.samples_ else self._train_index()
 
@@ -566,73 +570,41 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             np.asarray(o["beta"], dtype=np.float64).reshape(D, 1, 1)[draws],
             o["n_labels"], o["prior"])
 
-    def _draw_loglik(self, s, idx, train_idx=None):
-        """Draw s (chains stacked): log pi_k + log p(x_i | theta_k) for its occupied
-        components, (n, K_occ), their indices, and the row log-likelihood (n,)
-        including the empty components (which share theta_kl = 1/k_j, so they are
-        scored once with their summed weight)."""
-        lp, lt = (a[0] for a in self._draw_parameters(slice(s, s + 1), train_idx))
-        Nk = self.samples_["counts"].reshape(-1, lp.size)[s]
-        occ = np.flatnonzero(Nk > 0)
-        empty = np.flatnonzero(Nk == 0)
-        lj = lp[occ][None, :] + component_loglik(idx, lt[occ])
-        if empty.size:
-            le = logsumexp(lp[empty]) + component_loglik(idx, lt[empty[:1]])[:, 0]
-            total = np.logaddexp(logsumexp(lj, axis=1), le)
-        else:
-            total = logsumexp(lj, axis=1)
-        return lj, occ, total
-
-    def _row_logliks_gibbs(self, idx, block_elements=2**21):
-        """(S, n) log p(x_i | draw s's posterior-mean parameters), S = chains x draws.
-
-        Vectorised over blocks of draws and rows (at most ``block_elements`` entries of
-        draws x components x rows at a time): every component is scored, the empty ones
-        too (equal to :meth:`_draw_loglik`, which groups them, to rounding).
-        """
+    def _row_logliks_gibbs(self, idx):
+        """(S, n) log p(x_i | draw s's posterior-mean parameters), S = chains x draws: a
+        compiled pass per draw (:func:`draw_row_logliks`; the empty components, which
+        share ``theta_kl = 1 / k_j``, scored once with their summed weight)."""
         o = self.samples_
-        D = o["log_joint"].size
-        T = o["counts"].shape[-1]
-        n = idx.shape[0]
-        obs = idx >= 0
-        safe = np.where(obs, idx, 0)
-        rows = max(1, min(n, block_elements // T))
-        draws = max(1, block_elements // (T * rows))
-        out = np.empty((D, n))
-        train_idx = self._count_index()
-        for d0 in range(0, D, draws):
-            ds = slice(d0, min(D, d0 + draws))
-            lp, lt = self._draw_parameters(ds, train_idx)
-            for r0 in range(0, n, rows):
-                rs = slice(r0, min(n, r0 + rows))
-                ll = np.repeat(lp[:, :, None], rs.stop - rs.start, axis=2)  # (d, T, r)
-                for j in range(idx.shape[1]):
-                    ll += np.where(obs[rs, j], lt[:, :, safe[rs, j]], 0.0)
-                out[ds, rs] = logsumexp(ll, axis=1)
+        out = np.empty((o["log_joint"].size, idx.shape[0]))
+        for d, Nk, Nkl, Nkm, _ in self._each_draw_counts(self._count_index(), need_z=False):
+            out[d] = draw_row_logliks(idx, Nk, Nkl, Nkm, o["alpha0"].flat[d], o["beta"].flat[d],
+                                      o["n_labels"], o["prior"])
         return out
 
-    def _draw_counts(self, draws, train_idx=None):
-        """Counts of the draws ``draws`` (slice over chains x draws): ``N_k`` (d, T), ``N_kl``
-        (d, T, L), ``N_kj`` (d, T, M) and ``z`` (d, N); ``train_idx`` as for
-        :meth:`_draw_parameters`."""
+    def _each_draw_counts(self, train_idx, need_z=True):
+        """``(d, N_k (T,), N_kl (T, L), N_kj (T, M), z (N,) or None)`` for every draw d
+        (chains stacked), from the stored count tables or, without them, from the draw's
+        z and ``train_idx`` (:meth:`_count_index`)."""
         o = self.samples_
-        T = o["counts"].shape[-1]
-        D = o["log_joint"].size
-        if "z" not in o:
+        D, T = o["log_joint"].size, o["counts"].shape[-1]
+        if "z" not in o and (need_z or "label_counts" not in o):
             raise ValueError("NBCE's leave-one-out log-likelihood needs the draws of z "
                              "(gibbs_nbce(store_z=True))")
-        z = o["z"].reshape(D, -1)[draws].astype(np.int64)
-        if "label_counts" in o:
-            Nkl = o["label_counts"].reshape(D, T, -1)[draws]
-            Nkm = o["col_counts"].reshape(D, T, -1)[draws]
-        else:
-            idx = self._train_index() if train_idx is None else train_idx
-            Nkl, Nkm = (np.stack(a) for a in zip(*(
-                draw_counts(idx, zd, T, o["n_labels"]) for zd in z)))
-        return (o["counts"].reshape(D, T)[draws].astype(np.float64),
-                Nkl.astype(np.float64), Nkm.astype(np.float64), z)
+        counts = o["counts"].reshape(D, T)
+        zs = o["z"].reshape(D, -1) if "z" in o else None
+        stored = "label_counts" in o
+        if stored:
+            label_counts, col_counts = (o[k].reshape(D, T, -1) for k in ("label_counts",
+                                                                          "col_counts"))
+        for d in range(D):
+            z = None if zs is None else zs[d]
+            if stored:
+                Nkl, Nkm = label_counts[d], col_counts[d]
+            else:
+                Nkl, Nkm = draw_counts(train_idx, z, T, o["n_labels"])
+            yield d, counts[d], Nkl, Nkm, z
 
-    def _row_logliks_loo(self, block_elements=2**21):
+    def _row_logliks_loo(self):
         """(S, N) ``log p(x_i | z_{-i}, x_{-i}, alpha0, beta)`` of the training rows for every
         retained draw: the row's own assignment removed from the draw's counts and ``z_i``
         summed out (the collapsed predictive of row i given the other rows).
@@ -649,14 +621,10 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         """
         idx = self._train_index()
         o = self.samples_
-        D = o["log_joint"].size
-        out = np.empty((D, idx.shape[0]))
-        for d in range(D):
-            Nk, Nkl, Nkm, z = (a[0] for a in self._draw_counts(slice(d, d + 1), idx))
-            out[d] = leave_one_out_logliks(
-                idx, z, Nk, Nkl, Nkm, float(np.asarray(o["alpha0"]).reshape(D)[d]),
-                float(np.asarray(o["beta"]).reshape(D)[d]), np.asarray(o["n_labels"]),
-                o["prior"], block_elements)
+        out = np.empty((o["log_joint"].size, idx.shape[0]))
+        for d, Nk, Nkl, Nkm, z in self._each_draw_counts(idx):
+            out[d] = draw_loo_logliks(idx, z, Nk, Nkl, Nkm, o["alpha0"].flat[d],
+                                      o["beta"].flat[d], o["n_labels"], o["prior"])
         return out
 
     def _pointwise_log_likelihood(self, ensemble: Ensemble):
@@ -761,12 +729,10 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         gen = np.random.default_rng(rng.randint(2**31 - 1))
         out = np.empty((C * S, N, M), dtype=np.int64)
         beta = np.asarray(self.samples_["beta"], dtype=np.float64).reshape(-1)
-        train_idx = self._count_index()
-        for d in range(C * S):
-            _, Nkl, _, z = self._draw_counts(slice(d, d + 1), train_idx)
+        for d, _, Nkl, _, z in self._each_draw_counts(self._count_index()):
             for j in range(M):
-                lt = log_dirichlet(gen, beta[d] + Nkl[0][:, off[j]:off[j + 1]])  # (T, k_j)
-                cdf = np.cumsum(np.exp(lt[z[0]]), axis=1)  # (N, k_j)
+                lt = log_dirichlet(gen, beta[d] + Nkl[:, off[j]:off[j + 1]])  # (T, k_j)
+                cdf = np.cumsum(np.exp(lt[z]), axis=1)  # (N, k_j)
                 u = gen.random((N, 1)) * cdf[:, -1:]
                 out[d, :, j] = np.minimum((u > cdf).sum(1), n_labels[j] - 1)
         return out.reshape(C, S, N, M)
@@ -825,15 +791,15 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             lj -= lj.max(1, keepdims=True)
             p = np.exp(lj)
             return p / p.sum(1, keepdims=True)
-        C, S = self.samples_["log_joint"].shape
+        o = self.samples_
         P = np.zeros((n, K))
-        train_idx = self._count_index()
-        for s in range(C * S):
-            lj, occ, total = self._draw_loglik(s, idx, train_idx)
+        for s, Nk, Nkl, Nkm, _ in self._each_draw_counts(self._count_index(), need_z=False):
+            lj, occ, total = draw_component_logliks(idx, Nk, Nkl, Nkm, o["alpha0"].flat[s],
+                                                    o["beta"].flat[s], o["n_labels"], o["prior"])
             r = np.exp(lj - total[:, None])  # responsibilities of the occupied components
             mp = self._draw_maps[s][occ]
             ok = np.flatnonzero(mp >= 0)
-            np.add.at(P.T, mp[ok], r[:, ok].T)
+            P += r[:, ok] @ (mp[ok, None] == np.arange(K))  # summed per consensus cluster
         tot = P.sum(1, keepdims=True)
         bad = tot[:, 0] <= 0
         if bad.any():

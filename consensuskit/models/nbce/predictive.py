@@ -10,8 +10,7 @@ from scipy.special import logsumexp
 
 from consensuskit.models.nbce.priors import get_prior
 
-__all__ = ["predictive_parameters", "log_dirichlet", "component_loglik",
-           "leave_one_out_logliks"]
+__all__ = ["predictive_parameters", "log_dirichlet", "component_loglik"]
 
 
 def predictive_parameters(Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
@@ -59,43 +58,4 @@ def component_loglik(idx, log_theta):
         col = idx[:, j]
         obs = col >= 0
         out[obs] += log_theta[:, col[obs]].T
-    return out
-
-
-def leave_one_out_logliks(idx, z, Nk, Nkl, Nkm, alpha0, beta, n_labels, prior,
-                          block_elements=2**21):
-    """(N,) ``log p(x_i | z_{-i}, x_{-i}, alpha0, beta)`` of one draw: row i's labels
-    removed from its component's counts and ``z_i`` summed out.
-
-    ``idx`` (N, M) offset index of the rows the draw assigned, ``-1`` missing; ``z`` (N,);
-    ``Nk`` (T,), ``Nkl`` (T, L), ``Nkm`` (T, M) the draw's counts (all rows).  Rows are
-    taken ``block_elements // (T * M)`` at a time.
-    """
-    n, M = idx.shape
-    T = Nk.shape[0]
-    prior = get_prior(prior)
-    obs = idx >= 0
-    safe = np.where(obs, idx, 0)
-    col_of_obs = np.broadcast_to(np.arange(M), idx.shape)
-    rows = max(1, min(n, block_elements // (T * max(M, 1))))
-    out = np.empty(n)
-    b = beta
-    log_num = np.log(b + Nkl)  # (T, L)
-    log_den = np.log(n_labels[None, :] * b + Nkm)  # (T, M)
-    for r0 in range(0, n, rows):
-        rs = slice(r0, min(n, r0 + rows))
-        zi = z[rs]  # (r,)
-        ob, sf, cj = obs[rs], safe[rs], col_of_obs[rs]
-        # every component with the full counts: (T, r)
-        full = np.where(ob[None], log_num[:, sf] - log_den[:, cj], 0.0).sum(-1)
-        # the row's own component with its labels removed from the counts: (r,)
-        # (unobserved entries read a dummy count: replaced by 1 before the log)
-        num = np.where(ob, b + Nkl[zi[:, None], sf] - 1.0, 1.0)
-        den = np.where(ob, n_labels[None, :] * b + Nkm[zi[:, None], cj] - 1.0, 1.0)
-        own = (np.log(num) - np.log(den)).sum(-1)
-        full[zi, np.arange(zi.size)] = own
-        nk = np.repeat(Nk[None], zi.size, 0)
-        nk[np.arange(zi.size), zi] -= 1.0
-        lw = prior.conditional_log_weights(nk, alpha0)  # (r, T)
-        out[rs] = logsumexp(lw.T + full, axis=0)
     return out
