@@ -69,3 +69,19 @@ def test_bad_input_is_refused():
         draw_loo_logliks(idx, np.full_like(z, 1), Nk, Nkl, Nkm, a0, b, n_labels, "tsb")
     with pytest.raises(ValueError, match="prior"):
         draw_row_logliks(idx, Nk, Nkl, Nkm, a0, b, n_labels, "dp")
+
+
+def test_estimator_says_which_draws_a_score_needs():
+    """Without the draws of z the LOO log-likelihood is refused; the held-out scores still
+    run from the stored count tables, and are refused once those are gone too."""
+    from consensuskit import NBCE
+
+    X = np.random.default_rng(0).integers(0, 3, (30, 4))
+    m = NBCE(5, n_samples=3, burn_in=2, n_chains=1, random_state=0).fit(X)
+    del m.samples_["z"]
+    with pytest.raises(ValueError, match="leave-one-out log-likelihood"):
+        m.log_likelihood_draws()
+    assert np.isfinite(m.perplexity(X))
+    del m.samples_["label_counts"]
+    with pytest.raises(ValueError, match="count tables"):
+        m.perplexity(X)

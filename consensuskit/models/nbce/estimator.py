@@ -588,8 +588,9 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         o = self.samples_
         D, T = o["log_joint"].size, o["counts"].shape[-1]
         if "z" not in o and (need_z or "label_counts" not in o):
-            raise ValueError("NBCE's leave-one-out log-likelihood needs the draws of z "
-                             "(gibbs_nbce(store_z=True))")
+            what = ("the leave-one-out log-likelihood and posterior predictive need"
+                    if need_z else "scores need the draws' count tables or")
+            raise ValueError(f"NBCE's {what} the draws of z (gibbs_nbce(store_z=True))")
         counts = o["counts"].reshape(D, T)
         zs = o["z"].reshape(D, -1) if "z" in o else None
         stored = "label_counts" in o
