@@ -575,6 +575,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         compiled pass per draw (:func:`draw_row_logliks`; the empty components, which
         share ``theta_kl = 1 / k_j``, scored once with their summed weight)."""
         o = self.samples_
+        idx = np.ascontiguousarray(idx, dtype=np.int32)  # the kernels' layout, cast once
         out = np.empty((o["log_joint"].size, idx.shape[0]))
         for d, Nk, Nkl, Nkm, _ in self._each_draw_counts(self._count_index(), need_z=False):
             out[d] = draw_row_logliks(idx, Nk, Nkl, Nkm, o["alpha0"].flat[d], o["beta"].flat[d],
@@ -620,7 +621,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         remove ``x_i`` and the resulting LOO is optimistic.)  Exact given each draw: pi and
         theta are conjugate (Dirichlet / stick-breaking) given the other rows' counts.
         """
-        idx = self._train_index()
+        idx = np.ascontiguousarray(self._train_index(), dtype=np.int32)  # the kernels' layout
         o = self.samples_
         out = np.empty((o["log_joint"].size, idx.shape[0]))
         for d, Nk, Nkl, Nkm, z in self._each_draw_counts(idx):
@@ -793,6 +794,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             p = np.exp(lj)
             return p / p.sum(1, keepdims=True)
         o = self.samples_
+        idx = np.ascontiguousarray(idx, dtype=np.int32)  # the kernels' layout, cast once
         P = np.zeros((n, K))
         for s, Nk, Nkl, Nkm, _ in self._each_draw_counts(self._count_index(), need_z=False):
             lj, occ, total = draw_component_logliks(idx, Nk, Nkl, Nkm, o["alpha0"].flat[s],
