@@ -114,6 +114,17 @@ def _nbce_row_scores():
     draw_loo_logliks(idx, z, *args)
 
 
+def _nbce_identical_rows():
+    """The check of NBCE's grouping of identical rows (``identical_row_groups``), which
+    runs only when rows repeat: the warm-up's random labels have no repeated row, the
+    demo's have many.  For the code types the sampler reads (int8, int16, int32)."""
+    from consensuskit.models.nbce.gibbs.moves import identical_row_groups
+
+    X = _labels()
+    for dtype in (np.int8, np.int16, np.int32):
+        identical_row_groups(np.concatenate([X, X[:5]]).astype(dtype))
+
+
 def _posterior_step():
     """Compile the partition-posterior kernels (SALSO search and losses)."""
     from consensuskit.posterior.warmup import warm_up as posterior_warm_up
@@ -126,6 +137,7 @@ OTHER_STEPS = [
     ("Partition posterior search", _posterior_step, ("consensuskit.posterior._kernels",)),
     ("MM potential for NUTS", _mm_potential, ("consensuskit.models.mm.potential",)),
     ("NBCE row scores", _nbce_row_scores, ("consensuskit.models.nbce.row_scores",)),
+    ("NBCE identical rows", _nbce_identical_rows, ("consensuskit.models.nbce.gibbs.moves",)),
     ("BCE row-subset Gibbs", _bce_row_subset, ("consensuskit.models.bce.gibbs_kernels",)),
     ("BCE importance sampler", _bce_importance_sampler, ("consensuskit.models.bce.is_kernel",
                                                          "consensuskit.models.vector_math")),
