@@ -383,6 +383,7 @@ def _split_merge(rows, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_p
     if N < 2:
         return n_prop
     members, order, blocks, grp, gl, gm, size, wbuf = _split_merge_workspace(N, L, M)
+    lp_old = _log_prior_nb(cnt, a0, code)  # a function of the sizes: kept until a move
     for p in range(n_prop):
         i, j = _draw_pair(rows, local_share, near, wbuf)
         ci, cj = z[i], z[j]
@@ -392,7 +393,6 @@ def _split_merge(rows, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_p
             stats[4] += 1
             continue
         stats[2 if split else 3] += 1
-        lp_old = _log_prior_nb(cnt, a0, code)
         logu = 0.0
         base = 0.0
         if not split:
@@ -421,6 +421,7 @@ def _split_merge(rows, z, cnt, nlk, num, ckm, invden, beta, Jbeta, a0, code, n_p
             dst = prop.target
         stats[0 if split else 1] += 1
         _move_group(rows, z, i, order, ns, grp, ci, dst, cnt, nlk, num, ckm, invden, beta, Jbeta)
+        lp_old = _log_prior_nb(cnt, a0, code)
         if unbounded and cnt[K - 1] > 0:
             return p + 1
     return n_prop
