@@ -64,7 +64,7 @@ def test_pyro_consensus_starts_svi_at_the_mode_and_stops_on_a_plateau(iris_label
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         old = ck.PyroConsensus(mm.model, n_clusters=3, random_state=0, init="prior",
-                               n_init=1, num_steps=5, min_steps=None,
+                               n_init=1, num_steps=5, min_steps=None, polish_steps=0,
                                n_posterior_draws=1).fit(iris_labels)
     assert old.mode_ is None and old.n_steps_ == 5
     assert np.mean(est.losses_[:5]) < np.mean(old.losses_[:5])
