@@ -99,6 +99,33 @@ def _occupied_terms(Nk, Nkl, Nkm, beta, Jbeta, col_of, logw):
 
 
 @njit(cache=True, nogil=True)
+def _add_row(idx, i, ltT, lte, acc, e):
+    """Add row ``i``'s observed labels' log predictives to ``acc`` (K,) (the occupied
+    components) and return ``e`` plus those of an empty component."""
+    for m in range(idx.shape[1]):
+        l = idx[i, m]
+        if l >= 0:
+            for a in range(acc.shape[0]):
+                acc[a] += ltT[l, a]
+            e += lte[m]
+    return e
+
+
+@njit(cache=True, nogil=True)
+def _log_total(acc, e, skip):
+    """``log(exp(e) + sum_a exp(acc[a]))`` over ``a != skip`` (-1: none skipped)."""
+    hi = e
+    for a in range(acc.shape[0]):
+        if a != skip:
+            hi = max(hi, acc[a])
+    s = math.exp(e - hi) if e > -math.inf else 0.0
+    for a in range(acc.shape[0]):
+        if a != skip:
+            s += math.exp(acc[a] - hi)
+    return hi + math.log(s)
+
+
+@njit(cache=True, nogil=True)
 def _row_logliks_kernel(idx, Nk, Nkl, Nkm, a0, beta, Jbeta, col_of, code, out, lj):
     """Rows' log-likelihoods into ``out`` (n,); with ``lj`` of shape (n, T) (not (0, 0)),
     each occupied component's ``log pi_k + log p(x_i | theta_k)`` into its first K
@@ -115,27 +142,17 @@ def _row_logliks_kernel(idx, Nk, Nkl, Nkm, a0, beta, Jbeta, col_of, code, out, l
     acc = np.empty(K)
     for i in range(n):
         acc[:] = lpo
-        e = le
-        for m in range(M):
-            l = idx[i, m]
-            if l >= 0:
-                for a in range(K):
-                    acc[a] += ltT[l, a]
-                e += lte[m]
-        hi = e
-        for a in range(K):
-            hi = max(hi, acc[a])
-            if keep:
-                lj[i, a] = acc[a]
-        s = math.exp(e - hi) if e > -math.inf else 0.0
-        for a in range(K):
-            s += math.exp(acc[a] - hi)
-        out[i] = hi + math.log(s)
+        e = _add_row(idx, i, ltT, lte, acc, le)
+        if keep:
+            lj[i, :K] = acc
+        out[i] = _log_total(acc, e, -1)
     return occ
 
 
 @njit(cache=True, nogil=True)
 def _loo_kernel(idx, z, Nk, Nkl, Nkm, a0, beta, Jbeta, col_of, code, out):
+    """Training rows' leave-one-out log-likelihoods into ``out`` (n,): row i's weights
+    and its own component's counts without it, the other components as they are."""
     n, M = idx.shape
     T = Nk.shape[0]
     logw = np.empty(T)
@@ -165,30 +182,18 @@ def _loo_kernel(idx, z, Nk, Nkl, Nkm, a0, beta, Jbeta, col_of, code, out):
     for i in range(n):
         c = slot[z[i]]
         kc = occ[c]
-        alone = Nk[kc] == 1
         acc[:] = W[c]
-        e = E[c]
-        own = 0.0
+        e = _add_row(idx, i, ltT, lte, acc, E[c])
+        if Nk[kc] == 1:  # c is empty without row i: scored among the empty ones
+            out[i] = _log_total(acc, e, c)
+            continue
+        own = W[c, c]  # row i's own component, its labels taken out of the counts
         for m in range(M):
             l = idx[i, m]
             if l >= 0:
-                for a in range(K):
-                    acc[a] += ltT[l, a]
-                e += lte[m]
-                if not alone:
-                    own += (math.log(beta + Nkl[kc, l] - 1.0)
-                            - math.log(Jbeta[m] + Nkm[kc, m] - 1.0))
-        hi = e
-        for a in range(K):
-            if a != c or not alone:
-                if a == c:
-                    acc[a] = W[c, c] + own
-                hi = max(hi, acc[a])
-        s = math.exp(e - hi) if e > -math.inf else 0.0
-        for a in range(K):
-            if a != c or not alone:
-                s += math.exp(acc[a] - hi)
-        out[i] = hi + math.log(s)
+                own += math.log(beta + Nkl[kc, l] - 1.0) - math.log(Jbeta[m] + Nkm[kc, m] - 1.0)
+        acc[c] = own
+        out[i] = _log_total(acc, e, -1)
 
 
 def _checked(idx, Nk, Nkl, Nkm, beta, n_labels):
