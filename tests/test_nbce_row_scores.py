@@ -8,7 +8,11 @@ from scipy.special import logsumexp
 
 from consensuskit.models.nbce.gibbs import draw_counts
 from consensuskit.models.nbce.predictive import component_loglik, predictive_parameters
-from consensuskit.models.nbce.row_scores import draw_loo_logliks, draw_row_logliks
+from consensuskit.models.nbce.row_scores import (
+    draw_loo_logliks,
+    draw_row_logliks,
+    mixture_row_logliks,
+)
 
 
 def _draw(seed, N=40, M=5, T=9, missing=0.15):
@@ -85,3 +89,29 @@ def test_estimator_says_which_draws_a_score_needs():
     del m.samples_["label_counts"]
     with pytest.raises(ValueError, match="count tables"):
         m.perplexity(X)
+
+
+def test_mixture_row_logliks_equal_the_numpy_sum():
+    """One draw of (pi, theta) (the variational engines'): the compiled sum equals the
+    numpy one, missing labels included; shapes that do not fit are refused."""
+    idx, z, Nk, Nkl, Nkm, a0, b, n_labels = _draw(4)
+    lp, lt = predictive_parameters(Nk, Nkl, Nkm, a0, b, n_labels, "fsd")
+    want = logsumexp(lp[None] + component_loglik(idx, lt), axis=1)
+    np.testing.assert_allclose(mixture_row_logliks(idx, lp, lt), want, rtol=1e-12)
+    with pytest.raises(ValueError, match="do not fit"):
+        mixture_row_logliks(idx, lp[:-1], lt)
+
+
+@pytest.mark.parametrize("inference", ["vb", "cvb"])
+def test_variational_log_likelihood_draws_equal_the_numpy_sum(inference):
+    from consensuskit import NBCE
+
+    X = np.random.default_rng(1).integers(0, 3, (40, 5))
+    X[::7, 2] = -1
+    m = NBCE(6, inference=inference, prior="fsd", n_samples=5, n_chains=2,
+             random_state=0).fit(X)
+    lp, lt = m._seeded_variational_draws()
+    idx = m.ensemble_.offset_index()
+    want = np.stack([logsumexp(a[None] + component_loglik(idx, t), axis=1)
+                     for a, t in zip(lp, lt)])
+    np.testing.assert_allclose(m.log_likelihood_draws()[0], want, rtol=1e-12)

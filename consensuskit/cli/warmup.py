@@ -94,13 +94,14 @@ def _bce_importance_sampler():
 
 
 def _nbce_row_scores():
-    """NBCE's per-draw row scores (perplexity, ``predict_proba`` and the leave-one-out
-    log-likelihood of ``inference_data_``), which a fit does not call."""
+    """NBCE's per-draw row scores (perplexity, ``predict_proba`` and the log-likelihood
+    draws of ``inference_data_``, Gibbs and variational), which a fit does not call."""
     from consensuskit.models.nbce.gibbs import draw_counts
     from consensuskit.models.nbce.row_scores import (
         draw_component_logliks,
         draw_loo_logliks,
         draw_row_logliks,
+        mixture_row_logliks,
     )
 
     X = _labels()
@@ -112,6 +113,7 @@ def _nbce_row_scores():
     draw_row_logliks(idx, *args)
     draw_component_logliks(idx, *args)
     draw_loo_logliks(idx, z, *args)
+    mixture_row_logliks(idx, np.log(np.full(3, 1 / 3)), np.log(np.full((3, Nkl.shape[1]), 0.5)))
 
 
 def _nbce_identical_rows():

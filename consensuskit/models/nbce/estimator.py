@@ -42,6 +42,7 @@ from consensuskit.models.nbce.row_scores import (
     draw_component_logliks,
     draw_loo_logliks,
     draw_row_logliks,
+    mixture_row_logliks,
 )
 from consensuskit.models.nbce.truncation import (
     DEFAULT_TRUNCATION,
@@ -652,7 +653,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             w = np.exp(R - row[None, :])  # p_s / p_bar
             var = w.var(axis=0) / S if S > 1 else np.zeros_like(row)
             return row, var
-        ll = logsumexp(self._log_pi[None, :] + component_loglik(idx, self._log_theta), axis=1)
+        ll = mixture_row_logliks(idx, self._log_pi, self._log_theta)
         return ll, np.zeros_like(ll)
 
     def _variational_parameter_draws(self, n_draws, rng):
@@ -714,10 +715,8 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
             C, S = self.samples_["log_joint"].shape
             return self._row_logliks_loo().reshape(C, S, -1)
         lp, lt = self._seeded_variational_draws()
-        idx = self.ensemble_.offset_index()
-        ll = np.stack([logsumexp(a[None, :] + component_loglik(idx, b), axis=1)
-                       for a, b in zip(lp, lt)])
-        return ll[None]
+        idx = np.ascontiguousarray(self.ensemble_.offset_index(), dtype=np.int32)
+        return np.stack([mixture_row_logliks(idx, a, b) for a, b in zip(lp, lt)])[None]
 
     def _posterior_predictive_draws(self, rng):
         """Gibbs: per draw, ``theta_kj ~ Dir(beta + N_kj.)`` given the draw's counts and

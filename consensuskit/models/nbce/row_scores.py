@@ -23,7 +23,8 @@ from numba import njit
 
 from consensuskit.models.nbce.priors import get_prior
 
-__all__ = ["draw_row_logliks", "draw_component_logliks", "draw_loo_logliks"]
+__all__ = ["draw_row_logliks", "draw_component_logliks", "draw_loo_logliks",
+           "mixture_row_logliks"]
 
 
 @njit(cache=True, nogil=True)
@@ -194,6 +195,35 @@ def _loo_kernel(idx, z, Nk, Nkl, Nkm, a0, beta, Jbeta, col_of, code, out):
                 own += math.log(beta + Nkl[kc, l] - 1.0) - math.log(Jbeta[m] + Nkm[kc, m] - 1.0)
         acc[c] = own
         out[i] = _log_total(acc, e, -1)
+
+
+@njit(cache=True, nogil=True)
+def _mixture_kernel(idx, lp, ltT, out):
+    """``log sum_k exp(lp[k] + sum_j ltT[x_ij, k])`` of every row into ``out`` (n,)."""
+    acc = np.empty(lp.shape[0])
+    none = np.zeros(idx.shape[1])
+    for i in range(idx.shape[0]):
+        acc[:] = lp
+        _add_row(idx, i, ltT, none, acc, 0.0)
+        out[i] = _log_total(acc, -math.inf, -1)
+
+
+def mixture_row_logliks(idx, log_pi, log_theta):
+    """(n,) ``log sum_k pi_k prod_j theta_k(x_ij)`` of the rows ``idx`` (n, M) (global label
+    index, -1 missing) for one draw of ``log_pi`` (T,) and ``log_theta`` (T, L): the
+    variational engines' draws and point estimates."""
+    idx = np.asarray(idx)
+    if idx.ndim != 2 or idx.dtype.kind != "i":
+        raise ValueError(f"idx must be a 2-d integer array; got {idx.dtype} {idx.shape}")
+    lp = np.ascontiguousarray(log_pi, dtype=np.float64)
+    ltT = np.ascontiguousarray(np.asarray(log_theta, dtype=np.float64).T)
+    if lp.ndim != 1 or ltT.ndim != 2 or ltT.shape[1] != lp.shape[0] or (
+            idx.size and idx.max() >= ltT.shape[0]):
+        raise ValueError(f"log_pi {lp.shape} and log_theta {ltT.shape[::-1]} do not fit rows "
+                         f"with labels up to {idx.max() if idx.size else None}")
+    out = np.empty(idx.shape[0])
+    _mixture_kernel(np.ascontiguousarray(idx, dtype=np.int32), lp, ltT, out)
+    return out
 
 
 def _checked(idx, Nk, Nkl, Nkm, beta, n_labels):
