@@ -73,6 +73,15 @@ def test_bad_input_is_refused():
         draw_loo_logliks(idx, np.full_like(z, 1), Nk, Nkl, Nkm, a0, b, n_labels, "tsb")
     with pytest.raises(ValueError, match="prior"):
         draw_row_logliks(idx, Nk, Nkl, Nkm, a0, b, n_labels, "dp")
+    for bad in (-2, int(n_labels.sum())):
+        wrong = idx.copy()
+        wrong[3, 1] = bad
+        with pytest.raises(ValueError, match="labels are 0"):
+            draw_row_logliks(wrong, Nk, Nkl, Nkm, a0, b, n_labels, "tsb")
+        with pytest.raises(ValueError, match="labels are 0"):
+            mixture_row_logliks(wrong, np.zeros(9), np.zeros((9, int(n_labels.sum()))))
+    with pytest.raises(ValueError, match="component the counts hold"):
+        draw_loo_logliks(idx, np.full_like(z, 9), Nk, Nkl, Nkm, a0, b, n_labels, "tsb")
 
 
 def test_estimator_says_which_draws_a_score_needs():

@@ -217,13 +217,20 @@ def mixture_row_logliks(idx, log_pi, log_theta):
         raise ValueError(f"idx must be a 2-d integer array; got {idx.dtype} {idx.shape}")
     lp = np.ascontiguousarray(log_pi, dtype=np.float64)
     ltT = np.ascontiguousarray(np.asarray(log_theta, dtype=np.float64).T)
-    if lp.ndim != 1 or ltT.ndim != 2 or ltT.shape[1] != lp.shape[0] or (
-            idx.size and idx.max() >= ltT.shape[0]):
-        raise ValueError(f"log_pi {lp.shape} and log_theta {ltT.shape[::-1]} do not fit rows "
-                         f"with labels up to {idx.max() if idx.size else None}")
+    if lp.ndim != 1 or ltT.ndim != 2 or ltT.shape[1] != lp.shape[0]:
+        raise ValueError(f"log_pi {lp.shape} and log_theta {ltT.shape[::-1]} do not fit")
+    _check_labels(idx, ltT.shape[0])
     out = np.empty(idx.shape[0])
     _mixture_kernel(np.ascontiguousarray(idx, dtype=np.int32), lp, ltT, out)
     return out
+
+
+def _check_labels(idx, L):
+    """Every entry of ``idx`` a label ``0 .. L-1`` or -1 (missing): the kernels read
+    without bounds checks."""
+    if idx.size and (idx.min() < -1 or idx.max() >= L):
+        raise ValueError(f"idx holds {idx.min()} .. {idx.max()}; labels are 0 .. {L - 1}, "
+                         "-1 missing")
 
 
 def _checked(idx, Nk, Nkl, Nkm, beta, n_labels):
@@ -241,6 +248,7 @@ def _checked(idx, Nk, Nkl, Nkm, beta, n_labels):
     if Nkl.shape != (T, L) or Nkm.shape != (T, M) or idx.shape[1] != M:
         raise ValueError(f"counts of shapes {Nk.shape}, {Nkl.shape}, {Nkm.shape} do not fit "
                          f"{M} columns with {L} labels and rows of shape {idx.shape}")
+    _check_labels(idx, L)
     col_of = np.repeat(np.arange(M), n_labels)
     return idx, Nk, Nkl, Nkm, n_labels * float(beta), col_of
 
@@ -277,7 +285,8 @@ def draw_loo_logliks(idx, z, Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
     summed out."""
     idx, Nk, Nkl, Nkm, Jbeta, col_of = _checked(idx, Nk, Nkl, Nkm, beta, n_labels)
     z = np.ascontiguousarray(z, dtype=np.int64)
-    if z.shape != (idx.shape[0],) or (z.size and Nk[z].min() < 1):
+    if z.shape != (idx.shape[0],) or (z.size and (z.min() < 0 or z.max() >= Nk.shape[0]
+                                                  or Nk[z].min() < 1)):
         raise ValueError("z must give each of the rows a component the counts hold")
     out = np.empty(idx.shape[0])
     _loo_kernel(idx, z, Nk, Nkl, Nkm, float(alpha0), float(beta), Jbeta, col_of,
