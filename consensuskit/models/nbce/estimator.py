@@ -586,7 +586,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
     def _each_draw_counts(self, train_idx, need_z=True):
         """``(d, N_k (T,), N_kl (T, L), N_kj (T, M), z (N,) or None)`` for every draw d
         (chains stacked), from the stored count tables or, without them, from the draw's
-        z and ``train_idx`` (:meth:`_count_index`)."""
+        z and ``train_idx`` (:meth:`_count_index`); a progress bar with ``verbose``."""
         o = self.samples_
         D, T = o["log_joint"].size, o["counts"].shape[-1]
         if "z" not in o and (need_z or "label_counts" not in o):
@@ -599,7 +599,12 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         if stored:
             label_counts, col_counts = (o[k].reshape(D, T, -1) for k in ("label_counts",
                                                                           "col_counts"))
-        for d in range(D):
+        draws = range(D)
+        if self.verbose:  # a score reads every draw: minutes at large N
+            from tqdm.auto import tqdm
+
+            draws = tqdm(draws, desc="NBCE scores over draws", leave=False)
+        for d in draws:
             z = None if zs is None else zs[d]
             if stored:
                 Nkl, Nkm = label_counts[d], col_counts[d]
