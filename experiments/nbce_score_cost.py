@@ -12,13 +12,16 @@ One default fit per dataset (N at most 2,000 rows, M = 20, as ``nbce_validation.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 import warnings
 
 import numpy as np
 from scipy.special import logsumexp
 
-from nbce_validation import ensemble
+sys.path.insert(0, os.path.dirname(__file__))
+from nbce_validation import ensemble  # noqa: E402
 
 
 def _cpu(f):
