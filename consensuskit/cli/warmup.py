@@ -96,6 +96,7 @@ def _bce_importance_sampler():
 def _nbce_row_scores():
     """NBCE's per-draw row scores (perplexity, ``predict_proba`` and the log-likelihood
     draws of ``inference_data_``, Gibbs and variational), which a fit does not call."""
+    from consensuskit.data.ensemble import Ensemble
     from consensuskit.models.nbce.gibbs import draw_counts
     from consensuskit.models.nbce.row_scores import (
         draw_component_logliks,
@@ -104,10 +105,9 @@ def _nbce_row_scores():
         mixture_row_logliks,
     )
 
-    X = _labels()
-    n_labels = X.max(axis=0) + 1
-    idx = np.where(X >= 0, X + np.concatenate([[0], np.cumsum(n_labels)[:-1]]), -1)
-    z = np.arange(X.shape[0]) % 3
+    ens = Ensemble.from_labels(_labels())
+    idx, n_labels = ens.offset_index(), ens.n_labels
+    z = np.arange(ens.n_samples) % 3
     Nkl, Nkm = draw_counts(idx, z, 4, n_labels)
     args = (np.bincount(z, minlength=4), Nkl, Nkm, 1.0, 0.5, n_labels, "tsb")
     draw_row_logliks(idx, *args)

@@ -324,9 +324,9 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         return ens.offset_index(small, order="C")
 
     def _count_index(self):
-        """The training index a loop over draws passes to :meth:`_draw_parameters` and
-        :meth:`_each_draw_counts` (built once, not per draw), or None when the draws' count
-        tables are stored and it is not needed."""
+        """The training index a loop over draws passes to :meth:`_each_draw_counts` (built
+        once, not per draw), or None when the draws' count tables are stored and it is not
+        needed."""
         return None if "label_counts" in self.samples_ else self._train_index()
 
     def _fit_gibbs(self, ens, T, rs, resume=None):
@@ -549,26 +549,24 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         Z = self.samples_["z"].reshape(-1, self.samples_["z"].shape[-1])
         return co_clustering(Z, pairs)
 
-    def _draw_parameters(self, draws, train_idx=None):
-        """Posterior-mean ``(log pi (d, T), log theta (d, T, L))`` given the draws
-        ``draws`` (a slice or integer array over chains x draws, chains stacked), from
-        their stored count tables or, when those were too large to keep, from their z and
-        ``train_idx`` (:meth:`_count_index`; built here when None)."""
+    def _draw_parameters(self):
+        """Posterior-mean ``(log pi (D, T), log theta (D, T, L))`` of every draw (chains
+        stacked), from their stored count tables or, when those were too large to keep,
+        from their z."""
         o = self.samples_
         T = o["counts"].shape[-1]
         D = o["log_joint"].size
         if "label_counts" in o:
-            Nkl = o["label_counts"].reshape(D, T, -1)[draws]
-            Nkm = o["col_counts"].reshape(D, T, -1)[draws]
+            Nkl = o["label_counts"].reshape(D, T, -1)
+            Nkm = o["col_counts"].reshape(D, T, -1)
         else:
-            z = o["z"].reshape(D, -1)[draws]
-            idx = self._train_index() if train_idx is None else train_idx
+            idx = self._train_index()
             Nkl, Nkm = (np.stack(a) for a in zip(*(
-                draw_counts(idx, zd, T, o["n_labels"]) for zd in z)))
+                draw_counts(idx, zd, T, o["n_labels"]) for zd in o["z"].reshape(D, -1))))
         return predictive_parameters(
-            o["counts"].reshape(D, T)[draws], Nkl, Nkm,
-            np.asarray(o["alpha0"], dtype=np.float64).reshape(D, 1)[draws],
-            np.asarray(o["beta"], dtype=np.float64).reshape(D, 1, 1)[draws],
+            o["counts"].reshape(D, T), Nkl, Nkm,
+            np.asarray(o["alpha0"], dtype=np.float64).reshape(D, 1),
+            np.asarray(o["beta"], dtype=np.float64).reshape(D, 1, 1),
             o["n_labels"], o["prior"])
 
     def _row_logliks_gibbs(self, idx):
@@ -845,7 +843,7 @@ class NBCE(DriverFitMixin, GenerativeMixin, ConsensusEstimator):
         n_labels = [int(k) for k in self.ensemble_.n_labels]
         off = self.ensemble_.offsets
         if self.inference == "gibbs":
-            lp, lt = self._draw_parameters(slice(None))  # (D, T), (D, T, L): every draw
+            lp, lt = self._draw_parameters()  # (D, T), (D, T, L): every draw
             draws = {"pi": _as_tensor(np.exp(lp))}
             draws.update({f"theta_{j}": _as_tensor(np.exp(lt[:, :, off[j]:off[j + 1]]))
                           for j in range(len(off) - 1)})

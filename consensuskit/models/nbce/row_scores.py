@@ -212,43 +212,41 @@ def mixture_row_logliks(idx, log_pi, log_theta):
     """(n,) ``log sum_k pi_k prod_j theta_k(x_ij)`` of the rows ``idx`` (n, M) (global label
     index, -1 missing) for one draw of ``log_pi`` (T,) and ``log_theta`` (T, L): the
     variational engines' draws and point estimates."""
-    idx = np.asarray(idx)
-    if idx.ndim != 2 or idx.dtype.kind != "i":
-        raise ValueError(f"idx must be a 2-d integer array; got {idx.dtype} {idx.shape}")
     lp = np.ascontiguousarray(log_pi, dtype=np.float64)
     ltT = np.ascontiguousarray(np.asarray(log_theta, dtype=np.float64).T)
     if lp.ndim != 1 or ltT.ndim != 2 or ltT.shape[1] != lp.shape[0]:
         raise ValueError(f"log_pi {lp.shape} and log_theta {ltT.shape[::-1]} do not fit")
-    _check_labels(idx, ltT.shape[0])
+    idx = _rows(idx, ltT.shape[0])
     out = np.empty(idx.shape[0])
-    _mixture_kernel(np.ascontiguousarray(idx, dtype=np.int32), lp, ltT, out)
+    _mixture_kernel(idx, lp, ltT, out)
     return out
 
 
-def _check_labels(idx, L):
-    """Every entry of ``idx`` a label ``0 .. L-1`` or -1 (missing): the kernels read
-    without bounds checks."""
+def _rows(idx, L):
+    """``idx`` as the kernels read it (C-ordered int32, no copy when it is so already),
+    checked: 2-d, every entry a label ``0 .. L-1`` or -1 (missing), since the kernels
+    read without bounds checks."""
+    idx = np.asarray(idx)
+    if idx.ndim != 2 or idx.dtype.kind != "i":
+        raise ValueError(f"idx must be a 2-d integer array; got {idx.dtype} {idx.shape}")
     if idx.size and (idx.min() < -1 or idx.max() >= L):
         raise ValueError(f"idx holds {idx.min()} .. {idx.max()}; labels are 0 .. {L - 1}, "
                          "-1 missing")
+    return np.ascontiguousarray(idx, dtype=np.int32)
 
 
 def _checked(idx, Nk, Nkl, Nkm, beta, n_labels):
     """The arguments in the one layout the kernels are compiled for (int32 rows and
     count tables, float64 sizes: no copy when they are so already), checked."""
-    idx = np.asarray(idx)
-    if idx.ndim != 2 or idx.dtype.kind != "i":
-        raise ValueError(f"idx must be a 2-d integer array; got {idx.dtype} {idx.shape}")
-    idx = np.ascontiguousarray(idx, dtype=np.int32)
     Nk = np.ascontiguousarray(Nk, dtype=np.float64)
     Nkl = np.ascontiguousarray(Nkl, dtype=np.int32)
     Nkm = np.ascontiguousarray(Nkm, dtype=np.int32)
     n_labels = np.asarray(n_labels, dtype=np.int64)
     T, L, M = Nk.shape[0], int(n_labels.sum()), n_labels.shape[0]
+    idx = _rows(idx, L)
     if Nkl.shape != (T, L) or Nkm.shape != (T, M) or idx.shape[1] != M:
         raise ValueError(f"counts of shapes {Nk.shape}, {Nkl.shape}, {Nkm.shape} do not fit "
                          f"{M} columns with {L} labels and rows of shape {idx.shape}")
-    _check_labels(idx, L)
     col_of = np.repeat(np.arange(M), n_labels)
     return idx, Nk, Nkl, Nkm, n_labels * float(beta), col_of
 
@@ -258,7 +256,7 @@ def draw_row_logliks(idx, Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
     (n, M) (global label index, -1 missing) under one draw with counts ``Nk`` (T,),
     ``Nkl`` (T, L), ``Nkm`` (T, M): the posterior predictive of a new row given the
     draw, or the in-sample score of a training row."""
-    return _row_logliks(idx, Nk, Nkl, Nkm, alpha0, beta, n_labels, prior, False)[0]
+    return _row_logliks(idx, Nk, Nkl, Nkm, alpha0, beta, n_labels, prior, False)[2]
 
 
 def draw_component_logliks(idx, Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
@@ -266,16 +264,18 @@ def draw_component_logliks(idx, Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
     ``(lj (n, K), occ (K,), total (n,))``, ``lj[i, a] = log E[pi_k] + sum_j log
     E[theta_kj(x_ij)]`` for component ``k = occ[a]``, ``total`` the rows'
     log-likelihoods (the empty components included)."""
-    return _row_logliks(idx, Nk, Nkl, Nkm, alpha0, beta, n_labels, prior, True)[1]
+    return _row_logliks(idx, Nk, Nkl, Nkm, alpha0, beta, n_labels, prior, True)
 
 
 def _row_logliks(idx, Nk, Nkl, Nkm, alpha0, beta, n_labels, prior, components):
+    """``(lj, occ, total)`` of :func:`draw_component_logliks`; ``lj`` is (n, 0) unless
+    ``components``."""
     idx, Nk, Nkl, Nkm, Jbeta, col_of = _checked(idx, Nk, Nkl, Nkm, beta, n_labels)
     out = np.empty(idx.shape[0])
     lj = np.empty((idx.shape[0], Nk.shape[0]) if components else (0, 0))
     occ = _row_logliks_kernel(idx, Nk, Nkl, Nkm, float(alpha0), float(beta), Jbeta, col_of,
                               get_prior(prior).code, out, lj)
-    return out, (lj[:, :occ.size], occ, out)
+    return lj[:, :occ.size], occ, out
 
 
 def draw_loo_logliks(idx, z, Nk, Nkl, Nkm, alpha0, beta, n_labels, prior):
