@@ -26,7 +26,7 @@ import user_variants  # noqa: E402
 
 
 def _z(r):
-    return r["diff"] / np.hypot(r["paired_se"], r["bruteforce_mcse"])
+    return lbf.z_score(r)
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +61,30 @@ def test_nbce_gibbs_loo_matches_bruteforce_and_in_sample_counts_do_not():
             z[name] = d.sum() / np.hypot(np.sqrt(d.size * d.var(ddof=1)), np.sqrt(bf_var.sum()))
     assert abs(z["loo"]) < 3, z
     assert z["in-sample"] > 3, z  # optimistic: LOO above brute force
+
+
+def test_loo_check_counts_the_psis_side_spread_over_independent_fits():
+    """With psis_fits=2 the check's PSIS side is the mean of two full fits (random_state
+    seed and seed + 1), its Monte Carlo SE their spread / sqrt(2), and z counts it."""
+    ens = lbf.small_ensemble("wine", 10, n_partitions=3, n_clusters=3, seed=0)
+    rows = np.arange(0, 10, 2)
+
+    def make(s=0):
+        return ck.NBCE(truncation=4, n_samples=30, burn_in=10, n_chains=2, random_state=s)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = lbf.check(make, "predictive", ens, rows, psis_fits=2)
+        sums = [lbf.psis_loo(make(s).fit(ens).inference_data_)[0][rows].sum() for s in (0, 1)]
+    assert r["psis_fits"] == 2
+    np.testing.assert_allclose(r["psis"], np.mean(sums), rtol=1e-12)
+    np.testing.assert_allclose(r["psis_mcse"], abs(sums[0] - sums[1]) / 2, rtol=1e-10)
+    assert r["psis_mcse"] > 0
+    z = r["diff"] / np.sqrt(r["paired_se"] ** 2 + r["bruteforce_mcse"] ** 2 + r["psis_mcse"] ** 2)
+    np.testing.assert_allclose(lbf.z_score(r), z, rtol=1e-12)
+    one = dict(r, psis_mcse=np.nan)  # one fit: its spread unknown, not counted
+    np.testing.assert_allclose(lbf.z_score(one), r["diff"] / np.hypot(r["paired_se"],
+                                                                       r["bruteforce_mcse"]))
 
 
 def test_nbce_loo_loglik_is_the_collapsed_predictive_without_the_row(small):
