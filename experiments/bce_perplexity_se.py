@@ -35,8 +35,10 @@ from consensuskit.models.bce.estimator import BCE  # noqa: E402
 REGIMES = ("meanfield", "gibbs", "truth", "mixture_limit")
 
 
-def one_case(case: int, seed: int = 0, n_samples: int = 200):
-    """One (data, fit) case: returns ``(z, regime, info)``."""
+def case_point(case: int, seed: int = 0):
+    """One (data, fit) case: ``(regime, at, beta, data, rng, info)`` -- the parameter
+    point (alpha (K,) tensor, packed beta), the held-out rows' ``LabelData`` and the
+    case's generator, advanced past the draws that made them."""
     rng = np.random.default_rng([seed, case])
     K, M, kj = int(rng.integers(2, 5)), int(rng.integers(3, 9)), int(rng.integers(2, 6))
     alpha = float(rng.choice([0.05, 0.3, 1.0]))
@@ -63,14 +65,21 @@ def one_case(case: int, seed: int = 0, n_samples: int = 200):
     data = bce_cavi.prepare_data(held)
     beta = bce_cavi.pack_beta([np.asarray(b, dtype=np.float64) for b in bl])
     at = torch.as_tensor(np.asarray(al, dtype=np.float64))
+    info = {"K": K, "M": M, "kj": kj, "alpha": alpha, "n": n_held, "missing": missing,
+            "sum_alpha": float(al.sum())}
+    return regime, at, beta, data, rng, info
+
+
+def one_case(case: int, seed: int = 0, n_samples: int = 200):
+    """One (data, fit) case: returns ``(z, regime, info)``."""
+    regime, at, beta, data, rng, info = case_point(case, seed)
     exact, _ = row_log_marginals(at, beta, data, 1, None, method="exact")
     gen = torch.Generator().manual_seed(int(rng.integers(2**31 - 1)))
     ll, var = row_log_marginals(at, beta, data, n_samples, gen, method="is")
     se = float(np.sqrt(var.sum()))
     diff = float(ll.sum() - exact.sum())
     z = diff / se if se > 0 else (0.0 if abs(diff) < 1e-9 else np.inf)
-    return z, regime, {"K": K, "M": M, "kj": kj, "alpha": alpha, "n": n_held,
-                       "missing": missing, "diff": diff, "se": se, "sum_alpha": float(al.sum())}
+    return z, regime, dict(info, diff=diff, se=se)
 
 
 def main(argv=None):

@@ -21,7 +21,7 @@ from consensuskit.models.bce.alpha import exact_log_marginal, row_log_marginals
 from consensuskit.models.bce.collapsed_gibbs import minka_alpha, minka_eta
 from consensuskit.models.bce.estimator import BCE
 from experiments.bce_alpha import simulate
-from experiments.bce_perplexity_se import one_case
+from experiments.bce_perplexity_se import case_point, one_case
 
 
 def test_minka_alpha_is_the_dirichlet_multinomial_mle():
@@ -240,6 +240,39 @@ def test_importance_sampler_is_exact_in_expectation_near_alpha_zero():
     ll, var = row_log_marginals(a, b, data, 200, torch.Generator().manual_seed(0), method="is")
     se = float(var.sum().sqrt())
     assert abs(float(ll.sum()) + se**2 / 2 - float(exact)) < 4 * se + 1e-9
+
+
+def test_importance_sampler_se_where_every_particle_takes_one_path():
+    """Seed 2's case 52 of ``experiments/bce_perplexity_se.py``: beta near 0 (the 1e-6
+    smoothing) off each label's own cluster, so all 200 particles of every row take one
+    path and their sample variance is 0, while the weight of that path is off by the
+    proposal mass of the paths not drawn.  The SE then comes from that mass
+    (``delta (1 - delta) / S`` per row) and covers the error; where the weights vary the
+    sample variance is kept as it was."""
+    from consensuskit.inference.pointwise import logmeanexp_rows
+    from consensuskit.models.bce.alpha import mixture_log_weights
+
+    z, _, info = one_case(52, 2)
+    assert info["se"] > 0 and abs(z) < 3, (z, info)
+    # the same rows by hand: one weight per row, the sample variance 0
+    _, a, b, data, _, _ = case_point(52, 2)
+    lw, lq = mixture_log_weights(a, b, data, 200, torch.Generator().manual_seed(3),
+                                 return_log_q=True)
+    assert torch.equal(lw.max(0).values, lw.min(0).values)
+    assert float(logmeanexp_rows(lw)[1].sum()) == 0.0  # what the SE was before
+    delta = -torch.expm1(lq.max(0).values)
+    _, var = row_log_marginals(a, b, data, 200, torch.Generator().manual_seed(3), method="is")
+    torch.testing.assert_close(var, delta * (1 - delta) / 200, rtol=1e-12, atol=0)
+    # weights that vary: the sample variance, unchanged
+    rng = np.random.default_rng(5)
+    X, _, _ = simulate(rng, 60, 6, n_clusters=3, n_labels=4, alpha=1.0, missing=0.1)
+    data = cavi.prepare_data(Ensemble.from_labels(X))
+    b = cavi.pack_beta([(np.full((3, 4), 0.25) + 0.1 * np.eye(3, 4)) / 1.1 for _ in range(6)])
+    a = torch.full((3,), 0.7, dtype=torch.float64)
+    lw = mixture_log_weights(a, b, data, 50, torch.Generator().manual_seed(4))
+    _, var = row_log_marginals(a, b, data, 50, torch.Generator().manual_seed(4), method="is")
+    assert bool((lw.max(0).values > lw.min(0).values).all())
+    torch.testing.assert_close(var, logmeanexp_rows(lw.double())[1], rtol=1e-12, atol=0)
 
 
 @pytest.mark.slow

@@ -37,6 +37,31 @@ def test_kernel_matches_torch_loop(n, C, K, S, alpha_scale):
     assert torch.equal(got_after, ref_after)  # the generator consumed the same draws
 
 
+def test_kernel_and_torch_give_the_same_path_proposal_log_probability():
+    """``return_log_q``: each path's log proposal probability, the same in both
+    implementations, and with the weight it makes ``log p(row, z)``: along one column
+    (C = 1) that is ``log(alpha_z lik_z / sum(alpha))`` of the path's cluster z."""
+    alpha, lik, obs = _case(20, 5, 3, 9)
+    out = []
+    for use_kernel in (False, True):
+        gen = torch.Generator().manual_seed(2)
+        out.append(mixture_log_weights_lik(alpha, lik, obs, 12, gen, use_kernel=use_kernel,
+                                           return_log_q=True))
+    (w0, q0), (w1, q1) = out
+    assert q1.shape == (12, 20) and bool((q1 <= 1e-12).all())
+    assert torch.allclose(q1, q0, rtol=1e-12, atol=1e-10)
+    assert torch.allclose(w1, w0, rtol=1e-12, atol=1e-10)
+    one = torch.ones(20, 1, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(2)
+    w, q = mixture_log_weights_lik(alpha, lik[:, :1], one, 7, gen, use_kernel=True,
+                                   return_log_q=True)
+    z_prob = (alpha * lik[:, 0]) / alpha.sum()  # p(x, z) of the one column, (20, K)
+    # log p(x, z) = log w + log q; its value is one of the row's p(x, z = k)
+    lp = w + q
+    hit = (lp[..., None] - torch.log(z_prob)[None]).abs().min(-1).values
+    assert float(hit.max()) < 1e-10
+
+
 def test_kernel_seeded_components_and_pseudo_count():
     alpha, lik, obs = _case(30, 8, 4, 5)
     for kw in (dict(seed_weight=0.0), dict(seed_weight=0.99, pseudo_count=3.0)):

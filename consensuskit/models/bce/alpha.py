@@ -360,11 +360,13 @@ def exact_log_marginal(alpha, beta, data, max_states: int = 200_000):
 
 
 def mixture_log_weights(alpha, beta, data, n_samples: int, generator, rows=slice(None),
-                        seed_weight: float = 0.5, pseudo_count: float = 1.0):
+                        seed_weight: float = 0.5, pseudo_count: float = 1.0,
+                        return_log_q: bool = False):
     """Importance weights of ``p(x_i | alpha, beta)`` under a defensive mixture proposal.
 
     BCE's label columns (``lik[i, j, k] = beta_j(k, x_ij)``) through
-    :func:`mixture_log_weights_lik`; returns ``log_w`` (S, n).
+    :func:`mixture_log_weights_lik`; returns ``log_w`` (S, n) (and, with
+    ``return_log_q``, each path's log proposal probability (S, n)).
     """
     from consensuskit.models.bce.cavi import with_missing_column
 
@@ -376,12 +378,12 @@ def mixture_log_weights(alpha, beta, data, n_samples: int, generator, rows=slice
         masks.append(torch.ones_like(cols[-1][:, 0]) if mask is None else mask.to(beta.dtype))
     return mixture_log_weights_lik(alpha, torch.stack(cols, 1), torch.stack(masks, 1),
                                    n_samples, generator, seed_weight=seed_weight,
-                                   pseudo_count=pseudo_count)
+                                   pseudo_count=pseudo_count, return_log_q=return_log_q)
 
 
 def mixture_log_weights_lik(alpha, lik, observed, n_samples: int, generator, *,
                             seed_weight: float = 0.5, pseudo_count: float = 1.0,
-                            use_kernel: bool | None = None):
+                            use_kernel: bool | None = None, return_log_q: bool = False):
     """Importance weights of ``p(row_i | alpha, ...)`` under a defensive mixture proposal.
 
     ``theta_i`` is integrated out; column ``c`` of row ``i`` contributes
@@ -411,6 +413,9 @@ def mixture_log_weights_lik(alpha, lik, observed, n_samples: int, generator, *,
     Returns
     -------
     log_w : Tensor (S, n)
+    log_q : Tensor (S, n), with ``return_log_q``
+        The mixture proposal's log probability ``log sum_c w_c q_c(z)`` of each path
+        (:func:`row_log_marginals` uses it where every particle of a row agrees).
     """
     dt, dev = lik.dtype, lik.device
     if use_kernel is None:
@@ -430,11 +435,13 @@ def mixture_log_weights_lik(alpha, lik, observed, n_samples: int, generator, *,
         # the same arithmetic on the same uniforms (drawn here, in the torch loop's order)
         uniforms = torch.stack([torch.rand(n_samples, n, generator=generator, dtype=dt)
                                 for _ in range(C)]).permute(2, 0, 1)  # (n, C, S)
-        return torch.from_numpy(path_log_weights(
+        log_w, log_q = path_log_weights(
             a.detach().numpy(), float(a.sum()), lik.detach().contiguous().numpy(),
             obs.detach().contiguous().numpy(), comp.T.contiguous().numpy(),
             uniforms.contiguous().numpy(),
-            torch.log(comp_p).detach().numpy(), float(pseudo_count)))
+            torch.log(comp_p).detach().numpy(), float(pseudo_count))
+        log_w = torch.from_numpy(log_w)
+        return (log_w, torch.from_numpy(log_q)) if return_log_q else log_w
     seeded = torch.nn.functional.one_hot(comp, K + 1)[..., 1:].to(dt)  # (S, n, K)
     counts = lik.new_zeros(n_samples, n, K)
     log_p = lik.new_zeros(n_samples, n)
@@ -465,7 +472,7 @@ def mixture_log_weights_lik(alpha, lik, observed, n_samples: int, generator, *,
         counts += hit * m[None, :, None]
         seen += m
     log_mix = torch.logsumexp(log_q + torch.log(comp_p)[None], -1)
-    return log_p - log_mix
+    return (log_p - log_mix, log_mix) if return_log_q else log_p - log_mix
 
 
 def row_log_marginals(alpha, beta, data, n_samples: int, generator, *, method: str = "auto",
@@ -476,6 +483,14 @@ def row_log_marginals(alpha, beta, data, n_samples: int, generator, *, method: s
     (:func:`mixture_log_weights`, ``n_samples`` particles; variance by the delta method,
     ``Var_s(w_is) / (S mean_s(w_is)^2)``), or ``"auto"``: exact when ``C(M + K, K) <=
     exact_max_states`` (default :data:`EXACT_MAX_STATES`), else ``"is"``.
+
+    A row whose particles all carry the same weight (in practice: all took one path,
+    since beta is near 0 off the clusters each label belongs to) has sample variance 0,
+    yet the proposal gave the paths it did not draw a mass ``delta = 1 - max_s q(z_s)``,
+    and the weight of the drawn path is off by about that share (issue 24: 4e-5 nats
+    over 58 rows with an SE of 0).  Such a row's variance is ``delta (1 - delta) / S``:
+    the delta-method variance of the estimate if the undrawn paths had weight 0 (a draw
+    of them then moves the mean by the share ``delta``).
 
     Returns
     -------
@@ -496,8 +511,14 @@ def row_log_marginals(alpha, beta, data, n_samples: int, generator, *, method: s
     chunk_size = max(1, min(chunk_size, 2**20 // (n_samples * K)))  # (S, rows, K) ~ 8 MB
     for start in range(0, N, chunk_size):
         rows = slice(start, min(N, start + chunk_size))
-        lw = mixture_log_weights(alpha, beta, data, n_samples, generator, rows)
-        out[rows], row_var[rows] = logmeanexp_rows(lw.to(torch.float64))
+        lw, lq = mixture_log_weights(alpha, beta, data, n_samples, generator, rows,
+                                     return_log_q=True)
+        lw = lw.to(torch.float64)
+        out[rows], v = logmeanexp_rows(lw)
+        one_weight = lw.max(0).values == lw.min(0).values
+        # the proposal mass of the paths not drawn (log q <= 0 but for rounding)
+        delta = (-torch.expm1(lq.to(torch.float64).max(0).values)).clamp(min=0.0)
+        row_var[rows] = torch.where(one_weight, delta * (1.0 - delta) / n_samples, v)
     return out, row_var
 
 

@@ -71,11 +71,15 @@ def path_log_weights(alpha, alpha_sum, lik, observed, component, uniforms, log_c
     Returns
     -------
     log_w : (S, n)
+    log_q : (S, n)
+        ``log sum_c w_c q_c(z)``, the mixture proposal's log probability of each path
+        (so ``log_w + log_q`` is ``log p(row_i, z)``).
     """
     n, S = component.shape
     C, K = lik.shape[1], lik.shape[2]
     c = pseudo_count
     out = np.empty((S, n))
+    out_q = np.empty((S, n))
     counts = np.empty((K, S))
     u = np.empty((K, S))
     cum = np.empty((K, S))
@@ -148,5 +152,6 @@ def path_log_weights(alpha, alpha_sum, lik, observed, component, uniforms, log_c
             acc = 0.0
             for k in range(K + 1):
                 acc += math.exp(log_q[k, s] - top)
-            out[s, i] = log_p[s] - (math.log(acc) + top)
-    return out
+            out_q[s, i] = math.log(acc) + top
+            out[s, i] = log_p[s] - out_q[s, i]
+    return out, out_q
