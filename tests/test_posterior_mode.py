@@ -145,3 +145,32 @@ def test_nbce_gibbs_flags_chains_in_separate_modes():
         warnings.simplefilter("error")
         est._check_chains(same)
     assert not est.chains_disagree_ and est.rhat_lp_ < 1.05
+
+
+def test_pyro_consensus_nuts_chain_check_with_one_chain_and_with_too_few_draws():
+    """ArviZ's R-hat is NaN for one chain, which the check read as chains in separate
+    modes.  Now: one stationary chain passes (R-hat of its halves, no warning); one
+    drifting chain is reported as drifting, not as chains that disagree; too few draws
+    say that convergence is unchecked; two chains apart are still chains apart; and
+    ``compare`` counts a NUTS run that has not converged."""
+    from consensuskit.evaluation.comparison import _fit_problems
+
+    est = ck.PyroConsensus.__new__(ck.PyroConsensus)
+    est.rhat_threshold, est.inference = 1.05, "nuts"
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est._check_chains(rng.normal(size=(1, 400)))
+    assert not est.chains_disagree_ and est.converged_ and est.rhat_lp_ < 1.05
+    assert _fit_problems(est) == []
+    with pytest.warns(RuntimeWarning, match="one chain drifts"):
+        est._check_chains(rng.normal(size=(1, 400)) + np.linspace(0, 8, 400))
+    assert not est.chains_disagree_ and not est.converged_ and est.rhat_lp_ > 1.05
+    assert _fit_problems(est) == [f"NUTS not converged (R-hat of lp {est.rhat_lp_:.3g})"]
+    with pytest.warns(RuntimeWarning, match="cannot be computed from 1 chain"):
+        est._check_chains(rng.normal(size=(1, 3)))
+    assert not est.converged_ and np.isnan(est.rhat_lp_)
+    with pytest.warns(RuntimeWarning, match="separate modes"):
+        est._check_chains(rng.normal(size=(2, 300)) + np.array([[0.0], [6.0]]))
+    assert est.chains_disagree_ and not est.converged_
+    assert _fit_problems(est)[0].startswith("chains in separate modes")

@@ -56,7 +56,8 @@ COLUMNS = {
     "rhat_loglik": "split R-hat of the per-draw total training log-likelihood over chains "
                    "(label-switching invariant; NaN with one chain)",
     "reliable": "False when a check failed: Pareto k > 0.7, R-hat > 1.05, chains in "
-                "separate modes or an unconverged ELBO (a warning names it)",
+                "separate modes, a NUTS run whose R-hat of lp is above its threshold or "
+                "unknown, or an unconverged ELBO (a warning names it)",
     "n_clusters": "distinct consensus labels found",
     "fit_seconds": "CPU seconds of fit", "fit_wall_seconds": "wall seconds of fit",
 }
@@ -114,6 +115,8 @@ def _fit_problems(est):
     problems = []
     if getattr(src, "chains_disagree_", False):
         problems.append(f"chains in separate modes (R-hat of lp {src.rhat_lp_:.3g})")
+    elif getattr(src, "inference", None) == "nuts" and getattr(src, "converged_", True) is False:
+        problems.append(f"NUTS not converged (R-hat of lp {src.rhat_lp_:.3g})")
     if getattr(src, "inference", None) == "svi" and getattr(src, "converged_", True) is False:
         problems.append("the SVI ELBO has not converged")
     return problems

@@ -222,11 +222,14 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
     mode_ : PosteriorMode or None (svi, ``init="mode"``): the posterior mode the guide
         started from, its potential and every start's potential (``start_potentials``)
     converged_ : bool
-        SVI: the ELBO test of ``svi_tol`` passed.  NUTS: no chain disagreement (below).
+        SVI: the ELBO test of ``svi_tol`` passed.  NUTS: ``rhat_lp_`` (below) is finite
+        and at most ``rhat_threshold``.
     chains_disagree_ : bool, rhat_lp_ : float, chain_mean_lp_ : ndarray (chains,)
         NUTS: split R-hat of the log density over chains and each chain's mean; R-hat
         above ``rhat_threshold`` means the chains explore separate modes and the pooled
-        draws (labels, scores) mix them: a RuntimeWarning says so at fit time.
+        draws (labels, scores) mix them: a RuntimeWarning says so at fit time.  With one
+        chain, ``rhat_lp_`` is that of its two halves (a drift check), and
+        ``chains_disagree_`` is False.
     fit_seconds_ : float (CPU)
     inference_data_ : arviz.InferenceData
         Built at first access and cached: ``posterior`` (every retained draw of every
@@ -527,22 +530,43 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         return {k: v for k, v in samples.items() if k in self.roles_.globals}
 
     def _check_chains(self, lp):
-        """Chains in separate modes: split R-hat of the log density ``lp`` (C, S)."""
+        """Chains in separate modes: split R-hat of the log density ``lp`` (C, S).
+
+        One chain has nothing to disagree with (``chains_disagree_`` False); ArviZ's R-hat
+        needs two, so the chain's two halves stand in for them (a drift check: above
+        ``rhat_threshold`` the chain has not settled).  Too few draws for any R-hat: a
+        warning that convergence is unchecked, ``converged_`` False."""
         from consensuskit.inference.arviz_adapter import import_arviz
 
         az = import_arviz()
+        lp = np.asarray(lp, dtype=np.float64)
+        C, S = lp.shape
         self.chain_mean_lp_ = lp.mean(1)
-        self.rhat_lp_ = float(az.rhat(np.asarray(lp, dtype=np.float64)))
-        self.chains_disagree_ = bool(not np.isfinite(self.rhat_lp_)
-                                     or self.rhat_lp_ > self.rhat_threshold)
-        self.converged_ = not self.chains_disagree_
-        if self.chains_disagree_:
-            warnings.warn(
-                f"PyroConsensus NUTS: the chains sit in separate modes (split R-hat of the "
-                f"log density {self.rhat_lp_:.3g} > {self.rhat_threshold}; chain means "
-                f"{np.round(self.chain_mean_lp_, 1).tolist()}): labels and scores pool them. "
-                "Run longer chains, more warm-up, or compare the chains (chains_disagree_)",
-                RuntimeWarning, stacklevel=5)
+        if C == 1:
+            h = S // 2
+            self.rhat_lp_ = (float(az.rhat(lp[:, :2 * h].reshape(2, h))) if h >= 2
+                             else float("nan"))
+        else:
+            self.rhat_lp_ = float(az.rhat(lp))
+        ok = bool(np.isfinite(self.rhat_lp_) and self.rhat_lp_ <= self.rhat_threshold)
+        self.chains_disagree_ = C >= 2 and not ok
+        self.converged_ = ok
+        if ok:
+            return
+        if not np.isfinite(self.rhat_lp_):
+            msg = (f"split R-hat of the log density cannot be computed from {C} chain(s) of "
+                   f"{S} draws: convergence is unchecked. Run more draws")
+        elif C == 1:
+            msg = (f"the one chain drifts (R-hat of its two halves' log density "
+                   f"{self.rhat_lp_:.3g} > {self.rhat_threshold}): its draws have not "
+                   "settled. Run a longer chain, more warm-up, or more chains")
+        else:
+            msg = (f"the chains sit in separate modes (split R-hat of the log density "
+                   f"{self.rhat_lp_:.3g} > {self.rhat_threshold}; chain means "
+                   f"{np.round(self.chain_mean_lp_, 1).tolist()}): labels and scores pool "
+                   "them. Run longer chains, more warm-up, or compare the chains "
+                   "(chains_disagree_)")
+        warnings.warn(f"PyroConsensus NUTS: {msg}", RuntimeWarning, stacklevel=5)
 
     # ---------------------------------------------------------------- scoring
     def _thinned(self):
