@@ -9,7 +9,7 @@ Monte Carlo SE of the brute-force sum (from each refit's own draw noise), and th
 rows with Pareto k > 0.7 (all N rows).  With ``--psis-fits R`` the PSIS side is the mean of
 R independent full fits (``random_state`` seed .. seed + R - 1) and their spread gives its
 own Monte Carlo SE, which z then counts too (one fit's LOO varies with its draws: on pima,
-SD 0.09 nats over five fits against a paired SE of 0.06, stop 35).
+SD 0.09 nats over five fits against a paired SE of 0.06, stop 36).
 
 What "score row i" is, per engine (the estimand PSIS-LOO on that engine's draws targets):
 
