@@ -231,6 +231,9 @@ def compare(path, baseline):
 
     old = {key(r): r for r in map(json.loads, open(baseline)) if "error" not in r}
     new = [r for r in map(json.loads, open(path)) if "error" not in r and key(r) in old]
+    if not new:
+        print(f"\nagainst {baseline}: no (cell, N, seed) in both files, nothing to compare")
+        return
     d = np.array([r["default"] for r in new])
     o = np.array([old[key(r)]["default"] for r in new])
     cpu_new = sum(r["cpu"]["default"] for r in new)
