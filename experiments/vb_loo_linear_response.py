@@ -41,10 +41,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from scipy.special import logsumexp
 
 from consensuskit.data import datasets, generate
 from consensuskit.data.ensemble import as_ensemble
+from consensuskit.models.nbce.row_scores import mixture_row_logliks
+from consensuskit.models.nbce.vb import onehot_tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import loo_vs_bruteforce as lbf  # noqa: E402
@@ -83,10 +84,7 @@ class FixedPointMap:
         self.L = int(self.n_labels.sum())
         self.col = torch.as_tensor(np.repeat(np.arange(self.M), self.n_labels))
         self.J = torch.as_tensor(self.n_labels, dtype=torch.float64)
-        X = torch.zeros(idx.shape[0], self.L, dtype=torch.float64)
-        rows, cols = np.nonzero(idx >= 0)
-        X[rows, idx[rows, cols]] = 1.0
-        self.X = X
+        self.X = onehot_tensor(idx, self.L, torch.float64, "cpu")[0].to_dense()  # (N, L)
         self.alpha0, self.beta = float(alpha0), float(beta)
 
     def expectations(self, eta):
@@ -114,15 +112,12 @@ class FixedPointMap:
         return torch.cat([a / T + r.sum(0), (b + r.T @ self.X).reshape(-1)])
 
 
-def predictive(ens_row, xi, rho, n_labels):
+def predictive(row, xi, rho, n_labels):
     """``log sum_k E[pi_k] prod_j E[theta_kj(x_j)]`` of one row (global label index (M,))
     under ``Dir(xi) x prod Dir(rho_kj)``: the exact mean of ``p(x | pi, theta)``."""
-    off = np.concatenate([[0], np.cumsum(n_labels)])
-    out = np.log(xi / xi.sum())
-    for j, x in enumerate(ens_row):
-        if x >= 0:
-            out = out + np.log(rho[:, x] / rho[:, off[j]:off[j + 1]].sum(1))
-    return float(logsumexp(out))
+    col_sum = np.add.reduceat(rho, np.concatenate([[0], np.cumsum(n_labels)[:-1]]), axis=1)
+    log_theta = np.log(rho / np.repeat(col_sum, n_labels, axis=1))
+    return float(mixture_row_logliks(row[None], np.log(xi / xi.sum()), log_theta)[0])
 
 
 def local_loo(est, ens):
