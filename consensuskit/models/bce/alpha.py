@@ -485,12 +485,9 @@ def row_log_marginals(alpha, beta, data, n_samples: int, generator, *, method: s
     exact_max_states`` (default :data:`EXACT_MAX_STATES`), else ``"is"``.
 
     A row whose particles all carry the same weight (in practice: all took one path,
-    since beta is near 0 off the clusters each label belongs to) has sample variance 0,
-    yet the proposal gave the paths it did not draw a mass ``delta = 1 - max_s q(z_s)``,
-    and the weight of the drawn path is off by about that share (issue 24: 4e-5 nats
-    over 58 rows with an SE of 0).  Such a row's variance is ``delta (1 - delta) / S``:
-    the delta-method variance of the estimate if the undrawn paths had weight 0 (a draw
-    of them then moves the mean by the share ``delta``).
+    since beta is near 0 off the clusters each label belongs to) has sample variance 0;
+    its variance comes from the proposal mass of the paths not drawn
+    (:func:`~consensuskit.inference.pointwise.logmeanexp_rows` with each path's ``log_q``).
 
     Returns
     -------
@@ -513,12 +510,8 @@ def row_log_marginals(alpha, beta, data, n_samples: int, generator, *, method: s
         rows = slice(start, min(N, start + chunk_size))
         lw, lq = mixture_log_weights(alpha, beta, data, n_samples, generator, rows,
                                      return_log_q=True)
-        lw = lw.to(torch.float64)
-        out[rows], v = logmeanexp_rows(lw)
-        one_weight = lw.max(0).values == lw.min(0).values
-        # the proposal mass of the paths not drawn (log q <= 0 but for rounding)
-        delta = (-torch.expm1(lq.to(torch.float64).max(0).values)).clamp(min=0.0)
-        row_var[rows] = torch.where(one_weight, delta * (1.0 - delta) / n_samples, v)
+        out[rows], row_var[rows] = logmeanexp_rows(lw.to(torch.float64),
+                                                   lq.to(torch.float64))
     return out, row_var
 
 
