@@ -79,6 +79,31 @@ def test_kernel_with_labels_impossible_under_some_clusters():
     assert torch.allclose(got, ref, rtol=1e-12, atol=1e-10)
 
 
+def test_rows_that_no_single_cluster_explains_against_enumeration():
+    """GBCE on binary features (chess_krvskp): a row's feature densities underflow to 0
+    under cluster 0 in one column and under cluster 1 in another, so no single cluster
+    explains the row and the proposal's ``alpha -> 0`` weights were 0/0 (the fit raised
+    "invalid multinomial distribution"); a missing column with a zero likelihood made them
+    NaN.  Now such rows seed the components uniformly, and the estimate agrees with the
+    exact enumeration within its own SE."""
+    from consensuskit.inference.pointwise import logmeanexp_rows
+    from consensuskit.models.bce.marginal import collapsed_log_marginal
+
+    alpha, lik, obs = _case(8, 5, 2, 4, missing=0.0)
+    lik[:4, 0, 0] = 0.0
+    lik[:4, 1, 1] = 0.0  # rows 0-3: each cluster ruled out by one column
+    lik[4:, 2, :] = 0.0
+    obs[4:, 2] = 0.0  # rows 4-7: a missing column whose likelihood underflowed
+    exact = collapsed_log_marginal(alpha, lik, obs > 0)
+    for use_kernel in (False, True):
+        lw = mixture_log_weights_lik(alpha, lik, obs, 4000, torch.Generator().manual_seed(1),
+                                     use_kernel=use_kernel)
+        est, var = logmeanexp_rows(lw)
+        assert torch.isfinite(est).all()
+        z = (est - exact) / var.sqrt()
+        assert float(z.abs().max()) < 4.0, z
+
+
 def test_kernel_refused_off_float64():
     alpha, lik, obs = _case(5, 3, 2, 1)
     with pytest.raises(ValueError, match="float64 CPU"):

@@ -400,7 +400,8 @@ def mixture_log_weights_lik(alpha, lik, observed, n_samples: int, generator, *,
     the same with ``pseudo_count`` extra counts on cluster ``h`` (conditionals ``∝ (alpha
     + n + c e_h) lik[i, j]``: "the row mostly in ``h``"), chosen with probability
     ``seed_weight * r_ih``, ``r_i`` the row's posterior over clusters in the ``alpha ->
-    0`` limit (``∝ alpha_h prod_c lik[i, c, h]``, mixed 10% with uniform).  The weight is
+    0`` limit (``∝ alpha_h prod_c lik[i, c, h]``, mixed 10% with uniform; uniform where
+    that product is 0 for every ``h``, each cluster ruled out by some column).  The weight is
     ``p(row_i, z) / sum_c w_c q_c(z)`` with every component's probability of the drawn
     ``z`` computed along the way, so the estimate is unbiased for every ``alpha`` and its
     weights are at most ``1 / (1 - seed_weight)`` times the plain proposal's.
@@ -426,8 +427,13 @@ def mixture_log_weights_lik(alpha, lik, observed, n_samples: int, generator, *,
     a = alpha.to(dt)
     n, C, K = lik.shape
     obs = observed.to(dt)
-    logr = torch.log(a / a.sum()) + (torch.log(lik) * obs[..., None]).sum(1)  # (n, K)
-    r = 0.9 * torch.softmax(logr, -1) + 0.1 / K
+    # log(0) only where a column is observed (a missing one's lik may underflow to 0 too)
+    log_lik = torch.where(obs[..., None] > 0, torch.log(lik), torch.zeros((), dtype=dt))
+    logr = torch.log(a / a.sum()) + log_lik.sum(1)  # (n, K)
+    # no alpha -> 0 limit where every cluster has a zero likelihood in some column (GBCE:
+    # feature densities underflow): those rows seed the components uniformly
+    explained = torch.isfinite(logr).any(-1, keepdim=True)
+    r = 0.9 * torch.where(explained, torch.softmax(logr, -1), 1.0 / K) + 0.1 / K
     comp_p = torch.cat([torch.full((n, 1), 1.0 - seed_weight, dtype=dt, device=dev),
                         seed_weight * r], 1)  # (n, K + 1)
     comp = torch.multinomial(comp_p, n_samples, replacement=True, generator=generator).T
