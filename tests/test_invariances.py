@@ -89,3 +89,42 @@ def test_every_estimator_same_random_state_same_result(name):
     np.testing.assert_array_equal(a.labels_, b.labels_)
     if hasattr(a, "membership_"):
         np.testing.assert_array_equal(a.membership_, b.membership_)
+
+
+def _many_labels_ensemble(seed=2, n=90, m=6, k=20):
+    """Columns of ``k`` = 20 labels (a planted 3-group structure, each group split into
+    sub-labels): the codes are int8, and a pair of columns has ``k * k`` = 400 > 127 cells."""
+    rng = np.random.default_rng(seed)
+    truth = np.repeat(np.arange(N_CLUSTERS), n // N_CLUSTERS)
+    X = truth[:, None] * (k // N_CLUSTERS) + rng.integers(0, k // N_CLUSTERS, size=(n, m))
+    X[:, 0] = np.arange(n) % k  # every label present in the first column
+    X[rng.random(X.shape) < 0.1] = -1
+    return X
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_every_estimator_the_same_on_int8_and_int64_codes(name):
+    """The ensemble stores its codes in int8 (issue 27); an estimator that does arithmetic on
+    them in their own type wraps around past 127.  MajorityVote's column-distance table did
+    (``a * k_b + b`` in int8: "'list' argument must have no negative elements" on ecoli's
+    k-means ensemble with up to 17 labels per column).  Every estimator must give the same
+    consensus when the same codes come as int64."""
+    import dataclasses
+
+    from consensuskit import Ensemble
+
+    ens8 = Ensemble.from_labels(_many_labels_ensemble())
+    assert ens8.codes.dtype == np.int8 and int(ens8.n_labels.max()) ** 2 > 127
+    ens64 = dataclasses.replace(ens8, codes=np.asfortranarray(ens8.codes, dtype=np.int64))
+
+    def fit(ens):
+        est = make_fast(name, **{K_PARAM[name]: 5 if name == "NBCE" else 3})
+        est.set_params(random_state=11)
+        if name == "PartitionConsensus":  # refuses missing labels unless told what they are
+            est.set_params(missing="singletons")
+        return est.fit(ens)
+
+    a, b = fit(ens8), fit(ens64)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    if hasattr(a, "membership_"):
+        np.testing.assert_allclose(a.membership_, b.membership_, rtol=1e-12, atol=1e-12)

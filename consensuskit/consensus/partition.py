@@ -45,7 +45,11 @@ _SQRT_EPS = float(np.sqrt(np.finfo(np.float64).eps))
 
 
 def _contingency(a: np.ndarray, b: np.ndarray, ka: int, kb: int) -> np.ndarray:
-    """(ka, kb) counts of rows labelled ``(a, b)``; rows missing in either are skipped."""
+    """(ka, kb) counts of rows labelled ``(a, b)``; rows missing in either are skipped.
+
+    The pair index ``a * kb + b`` is formed in int64: the ensemble's codes may be int8, where
+    it wrapped negative once ``ka * kb`` passed 127."""
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
     ok = (a >= 0) & (b >= 0)
     return np.bincount(a[ok] * kb + b[ok], minlength=ka * kb).reshape(ka, kb).astype(np.float64)
 
