@@ -312,6 +312,31 @@ def test_constant_feature_is_dropped_with_warning(rng):
     assert est.feature_weight_[3] == 0.0
 
 
+def test_features_that_outweigh_the_base_clusterings_warn(rng):
+    """Unit weights with D >= 3M: the features carry over 75% of a row's weight and fit
+    says so (``feature_share_``); the paper's weighting (label_weight="n_features") and
+    fewer features do not warn, and a dropped constant feature does not count."""
+    X, F = _labelled_incomplete(rng)  # M = X.shape[1] base clusterings, 3 features
+    M = X.shape[1]
+    wide = np.column_stack([F] * M)  # 3M features: 75%
+    wide = np.column_stack([wide, wide[:, :1] + 0.1])  # one more: above 75%
+    kw = dict(n_init=1, max_iter=5, random_state=0)
+    with pytest.warns(UserWarning, match=r"features carry 7[6-9]% of each row's weight"):
+        est = GBCE(3, **kw).fit(X, features=wide)
+    assert est.feature_share_ == pytest.approx((3 * M + 1) / (4 * M + 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        paper = GBCE(3, label_weight="n_features", **kw).fit(X, features=wide)
+        assert paper.feature_share_ == pytest.approx(1 / (1 + M))  # D / (D + M D)
+        at_limit = GBCE(3, **kw).fit(X, features=wide[:, :3 * M])
+        assert at_limit.feature_share_ == pytest.approx(0.75)
+        assert GBCE(3, **kw).fit(X).feature_share_ == 0.0
+    constant = np.column_stack([wide[:, :3 * M], np.full(len(X), 2.0)])
+    with pytest.warns(RuntimeWarning, match="single value"):
+        est = GBCE(3, **kw).fit(X, features=constant)
+    assert est.feature_share_ == pytest.approx(0.75)
+
+
 def test_save_load_roundtrip(tmp_path, rng):
     X, F = _labelled_incomplete(rng)
     est = GBCE(3, n_init=1, max_iter=20, random_state=0).fit(X, features=F)
