@@ -220,6 +220,10 @@ def test_gbce_reads_features_split_like_the_labels(tmp_path, monkeypatch, capsys
     assert _fit("--model", "gbce", "--n-clusters", "2", src, "--features", feats, "-q") == 0
     F = received["features"]
     assert F.shape == (4, 2) and np.isnan(F[2, 1]) and F[3, 0] == 3.5
+    capsys.readouterr()
+    assert _fit("--model", "gbce", "--n-clusters", "2", src) == 0  # no features: says so
+    assert "GBCE without --features: no feature columns" in capsys.readouterr().err
+    assert received["features"] is None
     feats.write_text("0.5,1\n1.5,2\n")
     assert _fit("--model", "gbce", "--n-clusters", "2", src, "--features", feats) == 2
     assert "has 2 lines of features but the label file has 4" in _error(capsys)

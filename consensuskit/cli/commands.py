@@ -257,6 +257,9 @@ def _cmd_fit(args, out):
     if getattr(args, "features", None) is not None:
         F = read_feature_table(args.features, table.codes.shape[0])
         fit_kwargs["features"] = F[train]
+    elif hasattr(args, "features"):  # a model that takes features, given none
+        _note(args, f"{class_name} without --features: no feature columns, so the fit is "
+                    "the labels-only model (GBCE without features is BCE)")
     other, n_unknown = None, 0  # held-out labels checked before the fit, to fail fast
     if args.heldout is not None:
         other, n_unknown = encode_like(table, args.heldout, unknown=args.unknown_labels)
