@@ -91,6 +91,30 @@ def test_pyro_consensus_user_variant_full_surface(split, tmp_path):
     np.testing.assert_allclose(back.score_samples(X_test), ll)
 
 
+def test_a_user_variant_receives_labels_as_documented(split):
+    """docs/extending.md promises a spec ``labels`` as a LongTensor; the ensemble stores its
+    codes in int8, and PyroConsensus passed them on as int8 to the fit, the scores, the
+    ArviZ log-likelihood and the partition draws (a variant that indexes or one-hot codes
+    ``labels`` then fails: torch indexes with int64/int32 only, ``one_hot`` needs int64)."""
+    X, X_test = split
+    seen = set()
+
+    def one_hot_variant(labels=None, *, n_labels, n_clusters, **kw):
+        if labels is not None:
+            seen.add(labels.dtype)
+            torch.nn.functional.one_hot(labels.clamp(min=0))  # int64 only
+        return mm.model(labels, n_labels=n_labels, n_clusters=n_clusters, **kw)
+
+    est = ck.PyroConsensus(one_hot_variant, n_clusters=3, random_state=0, num_steps=20,
+                           min_steps=10, polish_steps=5, n_init=1, n_posterior_draws=3,
+                           n_perplexity_samples=20)
+    est.fit(X)
+    est.perplexity(X_test)
+    assert "x" in est.inference_data_.log_likelihood
+    assert est.partition_posterior_.draws.shape[1] == len(X)
+    assert seen == {torch.int64}
+
+
 @pytest.mark.parametrize("make", [
     lambda: ck.MM(3, random_state=0),
     lambda: ck.BCE(3, n_init=1, random_state=0),

@@ -20,7 +20,7 @@ from consensuskit.base import (
 )
 from consensuskit.data.ensemble import Ensemble
 from consensuskit.inference import pointwise
-from consensuskit.models.convention import float64_default
+from consensuskit.models.convention import as_labels, float64_default
 
 __all__ = ["PyroConsensus", "default_guide"]
 
@@ -336,7 +336,7 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
                              f"got {self.lr_decay!r}")
         rs = check_random_state(self.random_state)
         seed = int(rs.randint(2**31 - 1))
-        labels = torch.as_tensor(ens.codes)
+        labels = as_labels(ens)
         kw = self._kwargs(ens)
         import pyro
 
@@ -609,7 +609,7 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         if ens is self.ensemble_:
             L, V = self._train_loglik
         else:
-            L, V, _ = self._score_draws(torch.as_tensor(ens.codes))
+            L, V, _ = self._score_draws(as_labels(ens))
         return pointwise.combine_draws(L, V)
 
     def predict_proba(self, X, unknown="error"):
@@ -620,7 +620,7 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         """
         check_is_fitted(self, "membership_")
         ens = self._encode_new(X, unknown=unknown)
-        L, _, Mb = self._score_draws(torch.as_tensor(ens.codes), membership=True)
+        L, _, Mb = self._score_draws(as_labels(ens), membership=True)
         return self._combine_memberships(Mb, L)
 
     def predict(self, X, unknown="error"):
@@ -644,7 +644,7 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         with float64_default(), pyro.get_param_store().scope(getattr(self, "_param_state",
                                                                      None)):
             L, _, Mb = pointwise.score_rows_draws(
-                self.model, torch.as_tensor(self.ensemble_.codes), draws,
+                self.model, as_labels(self.ensemble_), draws,
                 model_kwargs=self._kwargs(self.ensemble_), roles=self.roles_,
                 num_particles=self.n_perplexity_samples, membership=True,
                 seed=int(rs.randint(2**31 - 1)), progress=self.verbose)
@@ -766,7 +766,7 @@ def _partition_posterior_of(est):
         local = {est.roles_.membership: v.reshape(-1, *v.shape[2:])}
     seed = int(check_random_state(est.random_state).randint(2**31 - 1))
     with float64_default(), pyro.get_param_store().scope(getattr(est, "_param_state", None)):
-        Z = sample_partitions(est.model, torch.as_tensor(est.ensemble_.codes), flat,
+        Z = sample_partitions(est.model, as_labels(est.ensemble_), flat,
                               model_kwargs=est._kwargs(est.ensemble_), roles=est.roles_,
                               local_draws=local, num_particles=est.n_perplexity_samples,
                               seed=seed, progress=est.verbose)
