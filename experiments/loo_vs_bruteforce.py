@@ -49,13 +49,30 @@ import user_variants  # noqa: E402
 DATASETS = ("wine", "iris", "ecoli")
 
 
-def small_ensemble(name, n_rows, n_partitions=4, n_clusters=3, seed=0):
-    """``n_rows`` random rows of a bundled data set, ``n_partitions`` k-means clusterings
-    (k = n_clusters), as an Ensemble."""
+#: base-clustering families of the check's ensembles (``--family``)
+FAMILIES = ("kmeans", "rfs", "mixed")
+
+
+def small_ensemble(name, n_rows, n_partitions=4, n_clusters=3, seed=0, family="kmeans"):
+    """``n_rows`` random rows of a bundled data set, ``n_partitions`` base clusterings, as
+    an Ensemble: k-means with k = n_clusters (``"kmeans"``), or with k drawn per column from
+    2 to 2 n_clusters, k-means on random feature subsets (``"rfs"``) or k-means, average and
+    Ward linkage in turn (``"mixed"``)."""
     F, _ = datasets.load(name)
     rows = np.random.RandomState(seed).choice(len(F), n_rows, replace=False)
-    X = generate.kmeans_partitions(F[rows], n_partitions, n_clusters=n_clusters,
-                                   random_state=seed)
+    k = (2, 2 * n_clusters)
+    if family == "kmeans":
+        X = generate.kmeans_partitions(F[rows], n_partitions, n_clusters=n_clusters,
+                                       random_state=seed)
+    elif family == "rfs":
+        X = generate.random_feature_partitions(F[rows], n_partitions, n_clusters=k,
+                                               random_state=seed)
+    elif family == "mixed":
+        X = generate.mixed_partitions(F[rows], n_partitions, k,
+                                      algorithms=("kmeans", "average", "ward"),
+                                      random_state=seed)
+    else:
+        raise ValueError(f"family must be one of {FAMILIES}; got {family!r}")
     return as_ensemble(X)
 
 
@@ -174,13 +191,13 @@ def z_score(r):
 
 
 def main(quick=False, negative_control=False, only=None, datasets_=DATASETS, n_rows=None,
-         nuts=None, nuts_rows=None, psis_fits=1):
+         nuts=None, nuts_rows=None, psis_fits=1, family="kmeans"):
     import pandas as pd
 
     n_rows = n_rows or (24 if quick else 40)
     out = []
     for name in datasets_:
-        ens = small_ensemble(name, n_rows)
+        ens = small_ensemble(name, n_rows, family=family)
         table = models(quick, nuts=nuts)
         if negative_control:
             table["NBCE(Gibbs) in-sample counts [negative control]"] = table["NBCE(Gibbs)"]
@@ -196,7 +213,7 @@ def main(quick=False, negative_control=False, only=None, datasets_=DATASETS, n_r
                     C, S = est.samples_["log_joint"].shape
                     return est._row_logliks_gibbs(est._train_index()).reshape(C, S, -1)
             r = check(make, how, ens, rows, loglik=loglik, progress=True, psis_fits=psis_fits)
-            r.update(dataset=name, model=model, n_rows=n_rows)
+            r.update(dataset=name, model=model, n_rows=n_rows, family=family)
             r["z"] = z_score(r)
             out.append(r)
             print(f"{name:6s} {model:48s} bf {r['bruteforce']:9.3f}  psis {r['psis']:9.3f}  "
@@ -225,6 +242,8 @@ if __name__ == "__main__":
     p.add_argument("--psis-fits", type=int, default=1,
                    help="independent full fits on the PSIS side (their spread is its Monte "
                         "Carlo SE, counted in z; default 1: not counted)")
+    p.add_argument("--family", choices=FAMILIES, default="kmeans",
+                   help="base clusterings of the ensembles (default: k-means, k = 3)")
     a = p.parse_args()
     main(a.quick, a.negative_control, a.only, a.datasets, a.n_rows, a.nuts_draws, a.nuts_rows,
-         a.psis_fits)
+         a.psis_fits, a.family)
