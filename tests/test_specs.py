@@ -48,6 +48,46 @@ PI = np.array([0.5, 0.3, 0.2])
     (mm.model, dict(n_clusters=3)),
     (bce.model, dict(n_clusters=3)),
     (nbce.model, dict(n_clusters=5, prior="tsb")),
+    (gbce.model, dict(n_clusters=3, features=torch.zeros(40, 2, dtype=torch.float64))),
+], ids=["mm", "bce", "nbce", "gbce"])
+def test_label_sites_keep_their_logits_unexpanded(spec, kw):
+    """Scored the way PyroConsensus scores rows (the clusters enumerated, a plate of 30
+    particles outside the rows), a label site's distribution is expanded to (clusters,
+    particles, columns, rows); its log-probabilities must be formed on the unexpanded
+    table, not on that whole batch times the labels (torch's lazy logits of an expanded
+    Categorical did: 15 million elements a call for BCE on 240 rows, half the fit's CPU).
+    The logits' storage is then smaller than the tensor it backs."""
+    from consensuskit.inference import pointwise
+
+    labels = torch.as_tensor(np.random.default_rng(0).integers(0, 3, size=(40, 6)))
+    kw = dict(kw, n_labels=[3] * 6)
+    pyro.set_rng_seed(0)
+    roles = pointwise.site_roles(spec, labels, kw, kw["n_clusters"])
+    prior = poutine.trace(spec).get_trace(labels, **kw)
+    fixed = poutine.condition(spec, data={g: prior.nodes[g]["value"] for g in roles.globals})
+    P = roles.max_plate_nesting
+
+    def particles():
+        with pyro.plate("particles", 30, dim=-(P + 1)):
+            return fixed(labels, **kw)
+
+    with pyro.poutine.trace() as tr, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        poutine.enum(particles, first_available_dim=-(P + 2))()
+    label_sites = [s for s in tr.trace.nodes.values()
+                   if s["type"] == "sample" and s["is_observed"]
+                   and isinstance(s["fn"], pyro.distributions.Categorical)]
+    assert label_sites
+    for site in label_sites:
+        site["fn"].log_prob(site["value"])
+        logits = site["fn"].logits
+        assert logits.untyped_storage().nbytes() < logits.numel() * logits.element_size()
+
+
+@pytest.mark.parametrize("spec, kw", [
+    (mm.model, dict(n_clusters=3)),
+    (bce.model, dict(n_clusters=3)),
+    (nbce.model, dict(n_clusters=5, prior="tsb")),
     (nbce.model, dict(n_clusters=5, prior="fsd")),
     (gbce.model, dict(n_clusters=3, n_features=2)),
 ], ids=["mm", "bce", "nbce-tsb", "nbce-fsd", "gbce"])

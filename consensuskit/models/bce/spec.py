@@ -44,7 +44,7 @@ from pyro.distributions import constraints
 from pyro.ops.indexing import Vindex
 
 from consensuskit.models.bce.marginal import MAX_STATES, BCERowMarginal
-from consensuskit.models.convention import check_labels, rows_plate
+from consensuskit.models.convention import check_labels, label_distribution, rows_plate
 
 __all__ = ["model", "model_collapsed", "guide_meanfield", "guide_enumerated", "pad_beta",
            "unpad_beta", "label_mask", "point_parameters", "read_point_parameters", "site_names",
@@ -198,10 +198,10 @@ def model(labels=None, *, n_labels, n_clusters, n_rows=None, alpha=None, beta=No
             z = pyro.sample("z", dist.Categorical(theta), infer={"enumerate": "parallel"})
             probs = Vindex(beta)[j_index, z, :]  # (M, n, kmax) or (K, M, 1, kmax)
             if x is None:
-                return pyro.sample("x", dist.Categorical(probs)).T
+                return pyro.sample("x", label_distribution(probs)).T
             xt = x.T  # (M, n)
             with poutine.mask(mask=xt >= 0):
-                pyro.sample("x", dist.Categorical(probs), obs=xt.clamp(min=0))
+                pyro.sample("x", label_distribution(probs), obs=xt.clamp(min=0))
     return x
 
 

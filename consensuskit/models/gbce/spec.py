@@ -86,7 +86,7 @@ from consensuskit.models.bce.marginal import (
     label_likelihoods,
 )
 from consensuskit.models.bce.spec import as_padded, global_sites, pad_beta
-from consensuskit.models.convention import check_labels, plate_rows, rows_plate
+from consensuskit.models.convention import check_labels, label_distribution, plate_rows, rows_plate
 
 __all__ = ["model", "model_collapsed", "guide", "simulate", "exact_log_marginal", "pad_beta",
            "site_names", "MAX_PLATE_NESTING"]
@@ -239,7 +239,7 @@ def _row_sites(g, label_weight, feature_weight, subsample_size, subsample):
             z = pyro.sample("z", dist.Categorical(theta), infer={"enumerate": "parallel"})
             probs = Vindex(g.beta)[j[:, None], z]
             with poutine.mask(mask=x_mask):
-                xt = pyro.sample("x", dist.Categorical(probs),
+                xt = pyro.sample("x", label_distribution(probs),
                                  obs=None if x is None else x.T.clamp(min=0))
         if g.D is not None:
             w = _weights(feature_weight, g.D, dtype, g.dev, "feature_weight")

@@ -45,7 +45,7 @@ import torch
 from pyro import poutine
 from pyro.distributions import constraints
 
-from consensuskit.models.convention import check_labels, rows_plate
+from consensuskit.models.convention import check_labels, label_distribution, rows_plate
 
 __all__ = ["model", "map_guide", "set_map_params", "log_joint", "sample", "site_names",
            "MAX_PLATE_NESTING"]
@@ -135,11 +135,11 @@ def model(
         for j in range(M):
             probs = thetas[j][z]  # (..., n, k_j) or (K, 1, k_j) when enumerated
             if batch is None:
-                xs.append(pyro.sample(f"x_{j}", dist.Categorical(probs)))
+                xs.append(pyro.sample(f"x_{j}", label_distribution(probs)))
                 continue
             obs = batch[:, j]
             with poutine.mask(mask=obs >= 0):
-                pyro.sample(f"x_{j}", dist.Categorical(probs), obs=obs.clamp(min=0))
+                pyro.sample(f"x_{j}", label_distribution(probs), obs=obs.clamp(min=0))
             xs.append(obs)
     return torch.stack(xs, dim=-1)
 

@@ -45,7 +45,7 @@ from pyro import poutine
 from pyro.ops.indexing import Vindex
 from scipy.special import gammaln
 
-from consensuskit.models.convention import check_labels, rows_plate
+from consensuskit.models.convention import check_labels, label_distribution, rows_plate
 from consensuskit.models.nbce.priors import get_prior
 
 __all__ = [
@@ -146,10 +146,10 @@ def model(labels=None, *, n_labels, n_clusters, n_rows=None, alpha0=1.0, beta=0.
             # theta_j (..., T, k_j) -> (..., 1, T, k_j) so its batch dims broadcast with z's
             probs = Vindex(thetas[j].unsqueeze(-3))[..., z, :]
             if x is None:
-                xs.append(pyro.sample(f"x_{j}", dist.Categorical(probs)))
+                xs.append(pyro.sample(f"x_{j}", label_distribution(probs)))
                 continue
             with poutine.mask(mask=x[:, j] >= 0):
-                pyro.sample(f"x_{j}", dist.Categorical(probs), obs=x[:, j].clamp(min=0))
+                pyro.sample(f"x_{j}", label_distribution(probs), obs=x[:, j].clamp(min=0))
             xs.append(x[:, j])
     return torch.stack(xs, dim=-1)
 
