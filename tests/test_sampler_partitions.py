@@ -178,7 +178,17 @@ def test_nuts_fits_hand_over_one_partition_per_draw(X, make):
     assert np.quantile(z[informative], 0.99) < 4.0
 
 
-def test_hub_estimators_without_draws_say_so(X):
-    est = ck.MM(n_clusters=3, random_state=0).fit(X)
-    with pytest.raises(AttributeError, match="nuts"):
+@pytest.mark.parametrize("make", [
+    lambda: ck.MM(n_clusters=3, random_state=0),
+    lambda: ck.MM(n_clusters=3, inference="svi", max_iter=20, random_state=0),
+    lambda: ck.BCE(n_clusters=3, inference="svi", max_iter=5, random_state=0),
+], ids=["MM-em", "MM-svi", "BCE-svi"])
+def test_hub_estimators_without_draws_say_so(X, make):
+    """Point estimates have no partition draws; the message names the engine that has
+    them, and not SVI, which for MM and BCE is a point estimate too (it did say "or
+    'svi'", to an SVI fit)."""
+    est = make().fit(X)
+    with pytest.raises(AttributeError, match="needs inference='nuts'") as err:
         _ = est.partition_posterior_
+    assert "or 'svi'" not in str(err.value)
+    assert f"inference={est.inference!r} gives a point estimate" in str(err.value)

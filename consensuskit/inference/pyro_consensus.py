@@ -801,13 +801,16 @@ class HubBackedMixin:
 
     @property
     def partition_posterior_(self):
-        """``inference`` "nuts" or "svi": the hub's
-        :attr:`PyroConsensus.partition_posterior_` (partition draws given each draw of the
-        globals); other engines give no partition draws (AttributeError)."""
+        """``inference="nuts"``: the hub's :attr:`PyroConsensus.partition_posterior_`
+        (partition draws given each draw of the globals); the other engines, point estimates
+        (EM, CAVI, and SVI: MM's MAP guide, BCE's minibatch bound), give no partition draws
+        (AttributeError)."""
         if self._hub() is None:
             check_is_fitted(self, "labels_")
-            raise AttributeError(f"{type(self).__name__}.partition_posterior_ needs "
-                                 "inference='nuts' (or 'svi'): this engine gives no draws")
+            raise AttributeError(
+                f"{type(self).__name__}.partition_posterior_ needs inference='nuts': "
+                f"inference={getattr(self, 'inference', None)!r} gives a point estimate, no "
+                "draws (or fit the spec with PyroConsensus, whose SVI draws from its guide)")
         return self.hub_.partition_posterior_
 
     def _log_likelihood_draws(self):
