@@ -42,7 +42,10 @@ import warnings
 import numpy as np
 
 
-def _data(name, max_rows, seed):
+def bundled_rows(name, max_rows, seed):
+    """``(F, y, test)`` of bundled dataset ``name``: at most ``max_rows`` rows drawn with
+    ``RandomState(seed)``, the features standardised with constant columns dropped, the
+    classes, and a held-out mask (a fifth of the rows, the same generator's next draws)."""
     from sklearn.preprocessing import StandardScaler
 
     from consensuskit.data import datasets
@@ -142,7 +145,7 @@ def part_fits(names, max_rows):
 
     rows = []
     for name in names:
-        F, y, test = _data(name, max_rows, seed=3)
+        F, y, test = bundled_rows(name, max_rows, seed=3)
         K = int(np.unique(y).size)
         for family in ("kmeans", "mixed", "rfs"):
             X = _ensemble(F, family, K)
@@ -162,7 +165,7 @@ def part_paths(names, max_rows):
     tmp = tempfile.mkdtemp()
     rows = []
     for name in names:
-        F, y, test = _data(name, max_rows, seed=5)
+        F, y, test = bundled_rows(name, max_rows, seed=5)
         K = int(np.unique(y).size)
         for family in ("kmeans", "mixed"):
             X = generate.drop_labels(_ensemble(F, family, K, m=8, seed=9), 0.3, random_state=2)

@@ -15,27 +15,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 import warnings
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 
 def cell(name, family, n_partitions=10, max_rows=2000):
+    from defaults_on_every_dataset import bundled_rows
     from sklearn.metrics import adjusted_rand_score
-    from sklearn.preprocessing import StandardScaler
 
     import consensuskit as ck
-    from consensuskit.data import datasets, generate
+    from consensuskit.data import generate
 
-    F, y = datasets.load(name)
-    F, y = np.asarray(F, dtype=np.float64), np.asarray(y)
-    rs = np.random.RandomState(11)
-    if len(y) > max_rows:
-        keep = rs.choice(len(y), max_rows, replace=False)
-        F, y = F[keep], y[keep]
-    F = StandardScaler().fit_transform(F)
-    F = F[:, np.isfinite(F).all(0) & (F.std(0) > 0)]
+    F, y, _ = bundled_rows(name, max_rows, seed=11)
     K, D = len(np.unique(y)), F.shape[1]
     make = {"kmeans": generate.kmeans_partitions,
             "rfs": generate.random_feature_partitions}[family]
