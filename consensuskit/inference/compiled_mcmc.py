@@ -5,6 +5,10 @@ size and mass-matrix adaptation, chains one after another with their own seeds) 
 output (constrained global sites, shape (chains, draws, ...)); only the potential and its
 gradient come from a :class:`~consensuskit.inference.compiled_potential.FlatPotential`
 built once instead of re-running the model under Pyro's handlers at every leapfrog step.
+NUTS sees the sites packed into one vector (:meth:`FlatPotential.vector_potential_fn`): Pyro's
+per-step work loops over sites in Python, and a user's variant has dozens of them.  The
+diagonal (or dense) mass matrix over the packed vector is the one Pyro adapts over the
+sites; only the order in which the momenta are drawn differs.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import numpy as np
 import pyro
 from pyro.infer import MCMC
 
-from consensuskit.inference.compiled_potential import FlatPotential, build_potential
+from consensuskit.inference.compiled_potential import VECTOR_SITE, FlatPotential, build_potential
 from consensuskit.inference.pyro_mcmc import RecordingNUTS, collect_chains
 
 __all__ = ["fit_nuts_compiled"]
@@ -55,16 +59,17 @@ def fit_nuts_compiled(model, labels, *, model_kwargs, num_samples=500, warmup_st
     for _ in range(num_chains):
         chain_seed = int(rs.integers(2**31 - 1))
         pyro.set_rng_seed(chain_seed)
-        init = potential.init(np.random.default_rng(chain_seed))
-        kernel = RecordingNUTS(potential_fn=potential.potential_fn,
+        init = potential.pack(potential.init(np.random.default_rng(chain_seed)))
+        kernel = RecordingNUTS(potential_fn=potential.vector_potential_fn,
                                target_accept_prob=target_accept_prob,
                                max_tree_depth=max_tree_depth, full_mass=full_mass)
         mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps,
-                    num_chains=1, initial_params=init, transforms=potential.transforms,
+                    num_chains=1, initial_params={VECTOR_SITE: init}, transforms={},
                     disable_progbar=not progress)
         mcmc.run()
         chains.append((mcmc, kernel))
-    samples, info = collect_chains(chains)
+    samples, info = collect_chains(
+        chains, transform=lambda draws: potential.constrain(draws[VECTOR_SITE]))
     info.update(seconds=time.process_time() - t0, build_seconds=build,
                 potential=potential.method, target_accept_prob=target_accept_prob)
     return samples, info

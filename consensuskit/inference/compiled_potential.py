@@ -21,8 +21,9 @@ operations.  This module builds ``(U, dU/du)`` once, as one function of a flat v
 
 :func:`build_potential` picks the hand-written one when the spec has one and traces
 otherwise.  The result, :class:`FlatPotential`, plugs into Pyro's NUTS as ``potential_fn``
-with ``transforms`` (see :func:`consensuskit.inference.pyro_mcmc.fit_nuts_compiled`), so
-samples come back as the spec's constrained sites, exactly as with the model itself.
+of one packed vector (``vector_potential_fn``; ``constrain`` maps its draws back to the
+spec's constrained sites, see :func:`consensuskit.inference.compiled_mcmc.fit_nuts_compiled`),
+so samples come back as the spec's sites, exactly as with the model itself.
 Everything is float64 unless the model says otherwise (NUTS' energy error needs it).
 """
 
@@ -35,7 +36,10 @@ import pyro
 import torch
 
 __all__ = ["FlatPotential", "traced_potential", "register_potential", "build_potential",
-           "fixed_sampled_sites", "hand_written_potential"]
+           "fixed_sampled_sites", "hand_written_potential", "VECTOR_SITE"]
+
+#: the name of the one site :meth:`FlatPotential.vector_potential_fn` reads
+VECTOR_SITE = "packed_unconstrained"
 
 
 class _ValueWithGradient(torch.autograd.Function):
@@ -82,6 +86,11 @@ class FlatPotential:
     build : dict
         How the potential was built: CPU seconds per step, graph sizes before and after
         :func:`~consensuskit.inference.graph_simplify.simplify_graph`.
+    packed_value_and_grad : callable(Tensor (D,)) -> (Tensor (), Tensor (D,)), optional
+        ``U`` and its gradient on the packed vector (:meth:`pack`, sites in
+        ``packed_names`` order) directly, where the potential works on one vector anyway (a
+        hand-written one); else :meth:`vector_potential_fn` unpacks, calls
+        ``value_and_grad`` and packs the gradient.
     """
 
     names: list
@@ -93,6 +102,7 @@ class FlatPotential:
     map_value_and_grad: Callable | None = None
     fallbacks: list = field(default_factory=list)
     build: dict = field(default_factory=dict)
+    packed_value_and_grad: Callable | None = None
 
     def potential_fn(self, params: dict) -> torch.Tensor:
         """``U(params)`` for Pyro's HMC/NUTS (``params``: site -> unconstrained value).
@@ -109,6 +119,50 @@ class FlatPotential:
         """``(U, {site: dU/du_site})`` at ``params`` (plain tensors, no autograd)."""
         value, grads = self._detached(*(params[k] for k in self.names))
         return value, dict(zip(self.names, grads))
+
+    # ---------------------------------------------------------- the sites as one vector
+    @property
+    def packed_names(self) -> list:
+        """The sites in the packed vector's order: sorted by name, the order in which
+        Pyro's HMC lays the sites out in its mass matrix, so that NUTS on the packed vector
+        draws the same momenta for each site as NUTS with one site per model site."""
+        return sorted(self.names)
+
+    def pack(self, params: dict) -> torch.Tensor:
+        """The unconstrained sites ``params`` (site -> Tensor of its shape) as one vector
+        (D,), in the order of ``packed_names``."""
+        return torch.cat([params[k].reshape(-1) for k in self.packed_names])
+
+    def unpack(self, u: torch.Tensor) -> dict:
+        """Inverse of :meth:`pack` on the last dimension: ``u`` (..., D) -> site -> Tensor
+        (..., *its unconstrained shape), in the order of ``packed_names``."""
+        shapes = dict(zip(self.names, self.unconstrained_shapes))
+        names = self.packed_names
+        sizes = [int(torch.Size(shapes[k]).numel()) for k in names]
+        if u.shape[-1] != sum(sizes):
+            raise ValueError(f"a packed vector has {sum(sizes)} entries; got {u.shape[-1]}")
+        lead = u.shape[:-1]
+        return {k: part.reshape(lead + torch.Size(shapes[k]))
+                for k, part in zip(names, torch.split(u, sizes, dim=-1))}
+
+    def constrain(self, u: torch.Tensor) -> dict:
+        """Packed unconstrained draws ``u`` (..., D) -> site -> constrained values
+        (``transforms[site].inv``), as Pyro's ``MCMC.get_samples`` returns them."""
+        return {k: self.transforms[k].inv(v) if k in self.transforms else v
+                for k, v in self.unpack(u).items()}
+
+    def vector_potential_fn(self, params: dict) -> torch.Tensor:
+        """``U`` of the packed vector ``params[VECTOR_SITE]`` (D,), for Pyro's NUTS: one site
+        instead of one per model site, as Pyro's leapfrog, kinetic energy and mass-matrix
+        steps loop over sites in Python (about 30 us a site per leapfrog step)."""
+        return _ValueWithGradient.apply(self._vector_value_and_grad, params[VECTOR_SITE])
+
+    def _vector_value_and_grad(self, u):
+        if self.packed_value_and_grad is not None:
+            value, grad = self.packed_value_and_grad(u.detach())
+            return value, (grad,)
+        value, grads = self(self.unpack(u))
+        return value, (torch.cat([grads[k].reshape(-1) for k in self.packed_names]),)
 
 
 # ------------------------------------------------------------------ generic: traced

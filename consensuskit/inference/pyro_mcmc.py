@@ -130,14 +130,16 @@ def fit_nuts(model, labels, *, model_kwargs, num_samples=500, warmup_steps=500, 
     return samples, info
 
 
-def collect_chains(chains):
+def collect_chains(chains, transform=None):
     """Draws and statistics of finished single-chain runs ``[(MCMC, RecordingNUTS)]``:
     ``(samples, info)`` with samples site -> Tensor (chains, draws, ...) and ``info`` keys
     ``divergences``, ``accept_prob`` (per chain), ``sample_stats``, ``warmup_stats``
-    (stat -> array (chains, iterations))."""
+    (stat -> array (chains, iterations)).  ``transform``: applied to each chain's
+    ``get_samples()`` dict (e.g. packed draws -> the model's sites)."""
     per_chain, div, acc, stats, warm = [], [], [], [], []
     for mcmc, kernel in chains:
-        per_chain.append(mcmc.get_samples())
+        draws = mcmc.get_samples()
+        per_chain.append(draws if transform is None else transform(draws))
         diag = mcmc.diagnostics()
         div.append(sum(len(v) for v in diag.get("divergences", {}).values()))
         stats.append(_stats_arrays(kernel.records, warmup=False))

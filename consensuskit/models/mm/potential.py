@@ -235,6 +235,17 @@ def mm_potential(labels, *, n_labels, n_clusters, label_prior=1.0, weight_prior=
         u = np.concatenate([p.reshape(-1).numpy() for p in parts])
         return split(*flat_value_and_grad(u, jacobian=False))
 
+    # FlatPotential packs the sites sorted by name ("theta_10" before "theta_2"): entry p of
+    # the packed vector is entry layout[p] of the flat layout above
+    layout = np.concatenate([np.arange(u_off[i], u_off[i + 1])
+                             for i in sorted(range(M + 1), key=names.__getitem__)])
+
+    def packed_value_and_grad(u):
+        flat = np.empty(P)
+        flat[layout] = u.numpy()
+        value, grad = flat_value_and_grad(flat)
+        return torch.tensor(value, dtype=torch.float64), torch.from_numpy(grad[layout])
+
     def init(generator=None):
         g = generator if generator is not None else np.random.default_rng()
         vals = [g.dirichlet(np.full(K, b))] + [g.dirichlet(np.full(int(k), a), size=K)
@@ -243,4 +254,4 @@ def mm_potential(labels, *, n_labels, n_clusters, label_prior=1.0, weight_prior=
                 for n, v in zip(names, vals)}
 
     return FlatPotential(names, shapes, transforms, value_and_grad, "hand-written", init,
-                         map_value_and_grad)
+                         map_value_and_grad, packed_value_and_grad=packed_value_and_grad)
