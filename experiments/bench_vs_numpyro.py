@@ -31,7 +31,9 @@ on the generic traced potential (the path a user's variant takes).
 ``--variant [--compile fx|jit|inductor]``: notebook 03's BCE-with-reliability variant
 (``user_variants.bce_reliability``, c_beta=0.2, on its wine ensemble, training rows),
 2 x (300 + 300): ours on the traced potential (no hand-written one exists for a user's
-variant; ``--compile`` picks its executor, default TorchScript), NumPyro on the same model
+variant; ``--compile`` picks its executor, default TorchScript), started as
+``PyroConsensus(inference="nuts")`` starts a variant's chains (``init="uniform"``, Pyro's
+and NumPyro's default), NumPyro on the same model
 with each ``z_ij`` summed out by hand (``theta_i`` sampled on both sides).  ESS: minimum over
 ``alpha`` and ``beta`` (relabelled) and ``rho`` (label-free).  Also: leapfrog steps on both
 sides and our CPU per step (where the time goes), Pyro's own JIT potential+gradient, and
@@ -300,7 +302,8 @@ def our_variant(x, n_labels, args):
         return _our_variant_svi(out, tp, lab, kw, args)
     s, info = fit_nuts_compiled(bce_reliability, lab, model_kwargs=kw,
                                 num_samples=args.samples, warmup_steps=args.warmup,
-                                num_chains=args.chains, seed=args.seed, potential=tp)
+                                num_chains=args.chains, seed=args.seed, potential=tp,
+                                init="uniform")
     cpu = time.process_time() - c
     M = x.shape[1]
     beta = torch.stack([s[f"beta_{j}"] for j in range(M)], dim=3).numpy()  # C,S,K,M,k

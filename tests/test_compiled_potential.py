@@ -131,7 +131,8 @@ def test_compiled_map_svi_reaches_em_optimum():
 
 def test_pyro_consensus_nuts_uses_the_hand_written_potential_of_the_mm_spec():
     """NUTS through PyroConsensus on the built-in MM spec runs on its hand-written potential
-    and records the same sample statistics; a variant that fixes ``pi`` runs on Pyro's."""
+    and records the same sample statistics; a variant that fixes ``pi`` runs on its traced
+    potential by default, on Pyro's with ``nuts_potential="pyro"``."""
     import consensuskit as ck
 
     x, _ = _data(3, N=40, M=4)
@@ -145,7 +146,17 @@ def test_pyro_consensus_nuts_uses_the_hand_written_potential_of_the_mm_spec():
 
     pi = torch.tensor([0.4, 0.3, 0.3], dtype=torch.float64)
     fixed = ck.PyroConsensus(spec.model, model_kwargs={"pi": pi}, **common).fit(x)
-    assert fixed.potential_ == "pyro"
+    assert fixed.potential_ == "traced+jit"
+    assert fixed.mcmc_info_["sample_stats"]["lp"].shape == (2, 30)
+    assert set(fixed.posterior_samples_) == {f"theta_{j}" for j in range(4)}
+    by_pyro = ck.PyroConsensus(spec.model, model_kwargs={"pi": pi}, nuts_potential="pyro",
+                               **common).fit(x)
+    assert by_pyro.potential_ == "pyro"
+    assert set(by_pyro.posterior_samples_) == set(fixed.posterior_samples_)
+    traced = ck.PyroConsensus(spec.model, nuts_potential="traced", **common).fit(x)
+    assert traced.potential_ == "traced+jit"
+    with pytest.raises(ValueError, match="nuts_potential"):
+        ck.PyroConsensus(spec.model, nuts_potential="fast", **common).fit(x)
 
 
 # ------------------------------------------------- traced graph of any spec: exactness
@@ -332,6 +343,9 @@ def test_nuts_on_the_packed_vector_gives_the_per_site_draws(method):
         assert packed[k].shape == reference[k].shape
         torch.testing.assert_close(packed[k], reference[k], rtol=1e-12, atol=1e-12)
     assert info["sample_stats"]["n_steps"].shape == (1, n)
+    with pytest.raises(ValueError, match="init must be"):
+        fit_nuts_compiled(spec.model, lab, model_kwargs=kw, num_samples=n, warmup_steps=n,
+                          num_chains=1, potential=potential, init="prior")
 
 
 def test_pack_unpack_constrain_round_trip():

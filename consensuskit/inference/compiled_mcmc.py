@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import pyro
+import torch
 from pyro.infer import MCMC
 
 from consensuskit.inference.compiled_potential import VECTOR_SITE, FlatPotential, build_potential
@@ -28,7 +29,8 @@ __all__ = ["fit_nuts_compiled"]
 def fit_nuts_compiled(model, labels, *, model_kwargs, num_samples=500, warmup_steps=500,
                       num_chains=2, max_plate_nesting=2, target_accept_prob=0.8,
                       max_tree_depth=8, full_mass=False, seed=None, progress=False,
-                      method="auto", compile=False, potential: FlatPotential | None = None):
+                      method="auto", compile=False, potential: FlatPotential | None = None,
+                      init="potential"):
     """Run ``num_chains`` NUTS chains on the compiled potential of ``model(labels, ...)``.
 
     Parameters
@@ -37,6 +39,11 @@ def fit_nuts_compiled(model, labels, *, model_kwargs, num_samples=500, warmup_st
         of a built-in spec, else Pyro's potential traced once).
     potential : FlatPotential, optional
         Use this one (e.g. a user's registered potential) instead of building it.
+    init : {"potential", "uniform"}
+        Each chain's start: the potential's own ``init`` (a prior draw; the hand-written
+        MM potential's Dirichlet draws), or "uniform": every unconstrained coordinate
+        uniform in (-2, 2), Pyro's NUTS default (``init_to_uniform``), which keeps a
+        variant's chains away from the prior's tails at the start of warm-up.
     Others as in :func:`consensuskit.inference.pyro_mcmc.fit_nuts`.
 
     Returns
@@ -48,6 +55,8 @@ def fit_nuts_compiled(model, labels, *, model_kwargs, num_samples=500, warmup_st
         :func:`~consensuskit.inference.pyro_mcmc.fit_nuts`, ``sample_stats`` and
         ``warmup_stats`` (:class:`~consensuskit.inference.pyro_mcmc.RecordingNUTS`).
     """
+    if init not in ("potential", "uniform"):
+        raise ValueError(f"init must be 'potential' or 'uniform'; got {init!r}")
     rs = np.random.default_rng(seed)
     t0 = time.process_time()
     if potential is None:
@@ -59,12 +68,15 @@ def fit_nuts_compiled(model, labels, *, model_kwargs, num_samples=500, warmup_st
     for _ in range(num_chains):
         chain_seed = int(rs.integers(2**31 - 1))
         pyro.set_rng_seed(chain_seed)
-        init = potential.pack(potential.init(np.random.default_rng(chain_seed)))
+        start = potential.pack(potential.init(np.random.default_rng(chain_seed)))
+        if init == "uniform":
+            g = torch.Generator().manual_seed(chain_seed)
+            start = torch.rand(start.shape, generator=g, dtype=start.dtype) * 4.0 - 2.0
         kernel = RecordingNUTS(potential_fn=potential.vector_potential_fn,
                                target_accept_prob=target_accept_prob,
                                max_tree_depth=max_tree_depth, full_mass=full_mass)
         mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps,
-                    num_chains=1, initial_params={VECTOR_SITE: init}, transforms={},
+                    num_chains=1, initial_params={VECTOR_SITE: start}, transforms={},
                     disable_progbar=not progress)
         mcmc.run()
         chains.append((mcmc, kernel))
