@@ -241,6 +241,14 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         chain, ``rhat_lp_`` is that of its two halves (a drift check), and
         ``chains_disagree_`` is False.
     fit_seconds_ : float (CPU)
+    potential_ : str (nuts)
+        What computed the potential: "hand-written", "traced+jit" (or the executor a
+        traced potential fell back to), or "pyro" (see ``nuts_potential``).
+    mcmc_info_ : dict (nuts)
+        :func:`~consensuskit.inference.compiled_mcmc.fit_nuts_compiled`'s ``info`` (or
+        :func:`~consensuskit.inference.pyro_mcmc.fit_nuts`'s): CPU seconds, the potential's
+        build seconds, divergences and acceptance per chain, ``sample_stats`` and
+        ``warmup_stats``.
     inference_data_ : arviz.InferenceData
         Built at first access and cached: ``posterior`` (every retained draw of every
         chain, NUTS; the guide draws, SVI), relabelled to the fit's reference clusters;
