@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import pyro
 import torch
@@ -126,7 +127,16 @@ class FlatPotential:
         """The sites in the packed vector's order: sorted by name, the order in which
         Pyro's HMC lays the sites out in its mass matrix, so that NUTS on the packed vector
         draws the same momenta for each site as NUTS with one site per model site."""
-        return sorted(self.names)
+        return list(self._packing[0])
+
+    @cached_property
+    def _packing(self):
+        """``(names, shapes, sizes)`` of the packed vector's sites (computed once: NUTS
+        unpacks at every leapfrog step)."""
+        shapes = dict(zip(self.names, self.unconstrained_shapes))
+        names = tuple(sorted(self.names))
+        return (names, tuple(torch.Size(shapes[k]) for k in names),
+                tuple(int(torch.Size(shapes[k]).numel()) for k in names))
 
     def pack(self, params: dict) -> torch.Tensor:
         """The unconstrained sites ``params`` (site -> Tensor of its shape) as one vector
@@ -136,14 +146,12 @@ class FlatPotential:
     def unpack(self, u: torch.Tensor) -> dict:
         """Inverse of :meth:`pack` on the last dimension: ``u`` (..., D) -> site -> Tensor
         (..., *its unconstrained shape), in the order of ``packed_names``."""
-        shapes = dict(zip(self.names, self.unconstrained_shapes))
-        names = self.packed_names
-        sizes = [int(torch.Size(shapes[k]).numel()) for k in names]
+        names, shapes, sizes = self._packing
         if u.shape[-1] != sum(sizes):
             raise ValueError(f"a packed vector has {sum(sizes)} entries; got {u.shape[-1]}")
         lead = u.shape[:-1]
-        return {k: part.reshape(lead + torch.Size(shapes[k]))
-                for k, part in zip(names, torch.split(u, sizes, dim=-1))}
+        return {k: part.reshape(lead + shape)
+                for k, part, shape in zip(names, torch.split(u, sizes, dim=-1), shapes)}
 
     def constrain(self, u: torch.Tensor) -> dict:
         """Packed unconstrained draws ``u`` (..., D) -> site -> constrained values
@@ -162,7 +170,7 @@ class FlatPotential:
             value, grad = self.packed_value_and_grad(u.detach())
             return value, (grad,)
         value, grads = self(self.unpack(u))
-        return value, (torch.cat([grads[k].reshape(-1) for k in self.packed_names]),)
+        return value, (torch.cat([grads[k].reshape(-1) for k in self._packing[0]]),)
 
 
 # ------------------------------------------------------------------ generic: traced
