@@ -212,9 +212,10 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         once as a graph of tensor operations, simplified and run by TorchScript
         (:func:`~consensuskit.inference.compiled_potential.traced_potential`: checked
         against Pyro's at three prior draws; a failed trace or check falls back, warned, to
-        Pyro's); 4-8x faster per gradient than "pyro" on notebook 03's variant and BCE's
-        collapsed spec, after a build of a few seconds.  "pyro": Pyro's potential with its
-        JIT, run under its handlers at every step.  ``potential_`` says which ran.
+        Pyro's); 1.7-2.2x less CPU per leapfrog step than "pyro" on two users' variants
+        and BCE's collapsed spec (``experiments/nuts_potential_cost.py``), after a build of
+        a few seconds per fit.  "pyro": Pyro's potential with its JIT, run under its
+        handlers at every step.  ``potential_`` says which ran.
     min_steps : int or None
         SVI: the run stops at the first multiple of 50 steps from ``min_steps`` on where the
         test of ``svi_tol`` passes (an ELBO plateau), at ``num_steps`` at most; None runs all
