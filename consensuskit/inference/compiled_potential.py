@@ -194,7 +194,8 @@ EXECUTORS = ("inductor", "jit", "fx")
 
 
 def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesting=None,
-                     compile=False, verify=3, atol=None, rtol=None) -> FlatPotential:
+                     compile=False, batch=True, verify=3, atol=None, rtol=None
+                     ) -> FlatPotential:
     """Pyro's potential of ``model`` and its gradient, traced once into one graph.
 
     Works for any model Pyro's NUTS accepts (enumerated discrete sites, continuous global
@@ -203,7 +204,10 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
     1. record Pyro's potential and its backward pass with ``make_fx`` (the model's Python,
        the handlers and the enumeration's contraction plan are fixed at trace time);
     2. rewrite the graph exactly (:mod:`consensuskit.inference.graph_simplify`: in-place
-       ops out of place, data-only work folded into constants, repeats merged);
+       ops out of place, data-only work folded into constants, repeats merged), and, with
+       ``batch`` (default), run the operations that repeat per site or per column as
+       batches (:mod:`consensuskit.inference.graph_batching`; checked against Pyro's
+       potential at the ``verify`` points, the unbatched graph kept where it disagrees);
     3. run it with an *executor* (``compile``):
 
        * ``False`` or ``"fx"``: the graph's generated Python (no build cost);
@@ -222,10 +226,16 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
     (``method="pyro"``).  Each fallback is warned and listed, with its reason, in
     ``FlatPotential.fallbacks``; nothing falls back silently.
 
+    batch : bool
+        Batch the operations repeated across sites (step 2); ``False`` keeps the graph as
+        recorded (to compare, or where a model's graph is small anyway).  Either way the
+        draws are the same up to rounding: the batched graph computes each member's value
+        by the same operations.
     atol, rtol : float, optional
         Tolerance of the check; default from the model's dtype (float64: 1e-9, else 1e-4
         relative; absolute the same times ``1 + |U|``): the graph runs the same operations
-        as Pyro in the same order except where an executor fuses them.
+        as Pyro in the same order except where an executor fuses them or a batch
+        reduces in another order.
 
     The traced graph holds the data as constants: build one per data set.
     """
@@ -268,9 +278,9 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
     fallbacks: list = []
     build: dict = {}
     fn, method = _compiled(value_and_grad, example, points, executor, verify > 0,
-                           (atol, rtol), fallbacks, build)
+                           (atol, rtol), fallbacks, build, batch)
     map_fn = _LazyCompiled(map_loss, example, points, executor, verify > 0,
-                           (atol, rtol), fallbacks)
+                           (atol, rtol), fallbacks, batch)
     return FlatPotential(names, shapes, transforms, _split_output(fn), method, prior,
                          _split_output(map_fn), fallbacks=fallbacks, build=build)
 
@@ -299,14 +309,17 @@ def _split_output(fn):
     return value_and_grad
 
 
-def _compiled(function, example, points, executor, verify, tolerance, fallbacks, build):
-    """``(callable, method)``: ``function`` traced, simplified and run by ``executor``,
-    or by the next one down where a step fails (each failure appended to ``fallbacks``)."""
+def _compiled(function, example, points, executor, verify, tolerance, fallbacks, build,
+              batch=True):
+    """``(callable, method)``: ``function`` traced, simplified (and batched) and run by
+    ``executor``, or by the next one down where a step fails (each failure appended to
+    ``fallbacks``)."""
     import time
     import warnings
 
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from consensuskit.inference.graph_batching import batch_graph
     from consensuskit.inference.graph_simplify import functional_graph, simplify_graph
 
     def fall(reason):
@@ -326,6 +339,22 @@ def _compiled(function, example, points, executor, verify, tolerance, fallbacks,
              "Pyro's potential is called at every step")
         return function, "pyro"
     build.update(trace_seconds=time.process_time() - t0, **stats)
+    reference = _References(function, points) if verify else None
+    if batch:
+        t1 = time.process_time()
+        try:
+            batched, batch_stats = batch_graph(graph, example)
+            batched, _ = simplify_graph(batched)
+            bad = _mismatch(batched, reference, tolerance) if verify else None
+        except Exception as exc:  # noqa: BLE001 - an optimisation that failed is skipped
+            bad = f"{type(exc).__name__}: {str(exc)[:200]}"
+        build["batch_seconds"] = time.process_time() - t1
+        if bad is None:
+            graph = batched
+            build.update(batch_stats, nodes_batched=len(graph.graph.nodes))
+        else:
+            fall(f"batching the graph's repeated operations failed ({bad}); "
+                 "the unbatched graph is used")
     start = EXECUTORS.index(executor)
     for name in EXECUTORS[start:]:
         t1 = time.process_time()
@@ -335,7 +364,7 @@ def _compiled(function, example, points, executor, verify, tolerance, fallbacks,
             fall(f"executor {name!r} failed ({type(exc).__name__}: {str(exc)[:200]})")
             continue
         build[f"{name}_seconds"] = time.process_time() - t1
-        bad = _mismatch(fn, function, points, tolerance) if verify else None
+        bad = _mismatch(fn, reference, tolerance) if verify else None
         if bad is None:
             return fn, "traced" if name == "fx" else f"traced+{name}"
         fall(f"executor {name!r} disagrees with Pyro's potential: {bad}")
@@ -370,12 +399,27 @@ class warnings_ignored:
         self._ctx.__exit__(*exc)
 
 
-def _mismatch(fn, reference, points, tolerance):
-    """None if ``fn`` equals ``reference`` (value and every gradient) at every point, else
-    a sentence saying where and by how much."""
+class _References:
+    """``function``'s outputs at the check points, computed once (Pyro's potential is
+    slow) and shared by every check of a build."""
+
+    def __init__(self, function, points):
+        self.function = function
+        self.points = points
+        self._outputs: dict = {}
+
+    def __iter__(self):
+        for i, point in enumerate(self.points):
+            if i not in self._outputs:
+                self._outputs[i] = self.function(*point)
+            yield point, self._outputs[i]
+
+
+def _mismatch(fn, reference, tolerance):
+    """None if ``fn`` equals the ``reference`` outputs (value and every gradient) at every
+    check point, else a sentence saying where and by how much."""
     atol, rtol = tolerance
-    for i, point in enumerate(points):
-        want = reference(*point)
+    for i, (point, want) in enumerate(reference):
         got = fn(*point)
         dtype = want[0].dtype
         r = rtol if rtol is not None else (1e-9 if dtype == torch.float64 else 1e-4)
@@ -393,15 +437,17 @@ class _LazyCompiled:
     """The MAP loss's graph, built on its first call (NUTS never needs it): ``make()``
     returns the function to trace, so the work of setting it up is deferred too."""
 
-    def __init__(self, make, example, points, executor, verify, tolerance, fallbacks):
+    def __init__(self, make, example, points, executor, verify, tolerance, fallbacks,
+                 batch=True):
         self._make = make
         self._args = (example, points, executor, verify, tolerance, fallbacks)
+        self._batch = batch
         self._fn = None
         self.build: dict = {}
 
     def __call__(self, *parts):
         if self._fn is None:
-            self._fn, _ = _compiled(self._make(), *self._args, self.build)
+            self._fn, _ = _compiled(self._make(), *self._args, self.build, self._batch)
         return self._fn(*parts)
 
 
