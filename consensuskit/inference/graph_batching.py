@@ -44,9 +44,10 @@ __all__ = ["batch_graph"]
 _aten = torch.ops.aten
 #: ``a op b == b op a`` exactly in floating point: arguments put in a canonical order
 _COMMUTATIVE = {_aten.add.Tensor, _aten.mul.Tensor}
-#: operations run one by one: vmap's rule for ``log_sigmoid_backward`` resizes an output
-#: buffer (a deprecation warning from ATen at every call)
-_UNBATCHED = {_aten.log_sigmoid_backward.default}
+#: operations whose every tensor input is given a batch dimension (vmap's rule for
+#: ``log_sigmoid_backward`` with an unbatched gradient resizes its output, which ATen warns
+#: about at every call)
+_ALL_INPUTS_BATCHED = {_aten.log_sigmoid_backward.default}
 
 
 def _meta(value):
@@ -146,9 +147,7 @@ class _Plan:
         n_reverse = collections.Counter(reverse.values())
         key = {}
         for n in calls:
-            if n.target in _UNBATCHED:
-                key[n] = ("alone", self.topo[n])
-            elif n_forward[forward[n]] > 1:
+            if n_forward[forward[n]] > 1:
                 key[n] = ("forward", forward[n])
             elif n_reverse[reverse[n]] > 1:
                 key[n] = ("reverse", reverse[n])
@@ -281,7 +280,30 @@ class _Program:
         return pytree.tree_map_only(Node, self._get, arg)
 
     def _call(self, n):
+        stacked = self._stack_of_a_wave(n)
+        if stacked is not None:
+            return stacked
         return n.target(*self._map(self.plan.args[n]), **self._map(dict(n.kwargs)))
+
+    def _stack_of_a_wave(self, n):
+        """``torch.stack`` of the members of one wave (a spec stacking its per-column
+        blocks, as BCE's ``pad_beta``): that wave's batch, reordered, with no unbinding."""
+        if n.target is not _aten.stack.default or n.kwargs or not n.args:
+            return None
+        parts = n.args[0]
+        dim = n.args[1] if len(n.args) > 1 else 0
+        if not parts or not all(isinstance(p, Node) and p in self.plan.where for p in parts):
+            return None
+        waves = {self.plan.where[p][0] for p in parts}
+        if len(waves) != 1:
+            return None
+        b = self.batch[waves.pop()]
+        if isinstance(b, tuple):
+            return None
+        index = [self.plan.where[p][1] for p in parts]
+        if index != list(range(b.shape[0])):
+            b = b.index_select(0, torch.tensor(index))
+        return b.movedim(0, dim)
 
     def _column(self, column):
         """The batched value of one argument position: ``(value, batched?)``."""
@@ -318,6 +340,11 @@ class _Program:
                 v, b = list(column), None  # a literal that differs: select's index
             values.append(v)
             batched.append(b)
+        if first.target in _ALL_INPUTS_BATCHED:
+            for p, (v, b) in enumerate(zip(values, batched)):
+                if b is False and isinstance(v, torch.Tensor):
+                    values[p] = v.expand(len(wave), *v.shape)
+                    batched[p] = True
         try:
             return self._vmapped(first.target, values, batched, spec)
         except Exception:  # noqa: BLE001 - no batching rule or a bad view: one by one
