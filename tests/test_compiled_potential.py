@@ -332,6 +332,9 @@ def test_nuts_on_the_packed_vector_gives_the_per_site_draws(method):
     x, kw = _data(4, N=40, M=12)
     lab = torch.as_tensor(x)
     potential = build_potential(spec.model, lab, kw, max_plate_nesting=1, method=method)
+    # both take the packed vector directly (the traced one: split and concatenation recorded
+    # into its graph), so the draws below come from that function, not from unpacking
+    assert potential.packed_value_and_grad is not None and not potential.fallbacks
     n, seed = 12, 5
     chain_seed = int(np.random.default_rng(seed).integers(2**31 - 1))
     packed, info = fit_nuts_compiled(spec.model, lab, model_kwargs=kw, num_samples=n,

@@ -277,12 +277,56 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
 
     fallbacks: list = []
     build: dict = {}
-    fn, method = _compiled(value_and_grad, example, points, executor, verify > 0,
-                           (atol, rtol), fallbacks, build, batch)
+    fn, method, graph = _compiled(value_and_grad, example, points, executor, verify > 0,
+                                  (atol, rtol), fallbacks, build, batch)
+    packed = None if graph is None else _packed(*graph, shapes, points, (atol, rtol),
+                                                 fallbacks, build)
     map_fn = _LazyCompiled(map_loss, example, points, executor, verify > 0,
                            (atol, rtol), fallbacks, batch)
     return FlatPotential(names, shapes, transforms, _split_output(fn), method, prior,
-                         _split_output(map_fn), fallbacks=fallbacks, build=build)
+                         _split_output(map_fn), fallbacks=fallbacks, build=build,
+                         packed_value_and_grad=packed)
+
+
+def _packed(graph, executor, shapes, points, tolerance, fallbacks, build):
+    """The traced graph as a function of the packed vector (sites sorted by name, as
+    :meth:`FlatPotential.pack` lays them out): ``u (D,) -> (U, dU/du (D,))``, the split of
+    ``u`` and the concatenation of the gradient recorded into the graph, so that NUTS on
+    the packed vector (:meth:`FlatPotential.vector_potential_fn`) runs no Python per step
+    beyond one call.  Checked against the per-site graph at the check points; None (warned,
+    in ``fallbacks``) where recording or the check fails: NUTS then unpacks in Python."""
+    import time
+    import warnings
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from consensuskit.inference.graph_simplify import simplify_graph
+
+    t0 = time.process_time()
+    sizes = [int(torch.Size(s).numel()) for s in shapes]
+
+    def packed(u):
+        parts = [p.reshape(s) for p, s in zip(torch.split(u, sizes), shapes)]
+        out = graph(*parts)
+        return out[0], torch.cat([g.reshape(-1) for g in out[1:]])
+
+    def pack(point):
+        return torch.cat([p.reshape(-1) for p in point])
+    try:
+        recorded, _ = simplify_graph(make_fx(packed)(pack(points[0])))
+        fn = _run_with(executor, recorded, [pack(points[0])])
+        bad = _mismatch(lambda *point: fn(pack(point)),
+                        [(point, packed(pack(point))) for point in points], tolerance)
+    except Exception as exc:  # noqa: BLE001 - an optimisation that failed is skipped
+        bad = f"{type(exc).__name__}: {str(exc)[:200]}"
+    build["packed_seconds"] = time.process_time() - t0
+    if bad is None:
+        return fn
+    reason = (f"the potential of the packed vector failed ({bad}); NUTS unpacks the vector "
+              "in Python at every step")
+    fallbacks.append(reason)
+    warnings.warn(f"compiled potential: {reason}", RuntimeWarning, stacklevel=3)
+    return None
 
 
 def _executor_name(compile) -> str:
@@ -337,7 +381,7 @@ def _compiled(function, example, points, executor, verify, tolerance, fallbacks,
     except Exception as exc:  # noqa: BLE001 - any failure to record means: run Pyro's
         fall(f"tracing failed ({type(exc).__name__}: {str(exc)[:200]}); "
              "Pyro's potential is called at every step")
-        return function, "pyro"
+        return function, "pyro", None
     build.update(trace_seconds=time.process_time() - t0, **stats)
     reference = _References(function, points) if verify else None
     if batch:
@@ -366,9 +410,9 @@ def _compiled(function, example, points, executor, verify, tolerance, fallbacks,
         build[f"{name}_seconds"] = time.process_time() - t1
         bad = _mismatch(fn, reference, tolerance) if verify else None
         if bad is None:
-            return fn, "traced" if name == "fx" else f"traced+{name}"
+            return fn, "traced" if name == "fx" else f"traced+{name}", (graph, name)
         fall(f"executor {name!r} disagrees with Pyro's potential: {bad}")
-    return function, "pyro"
+    return function, "pyro", None
 
 
 def _run_with(name, graph, example):
@@ -447,7 +491,7 @@ class _LazyCompiled:
 
     def __call__(self, *parts):
         if self._fn is None:
-            self._fn, _ = _compiled(self._make(), *self._args, self.build, self._batch)
+            self._fn, _, _ = _compiled(self._make(), *self._args, self.build, self._batch)
         return self._fn(*parts)
 
 
