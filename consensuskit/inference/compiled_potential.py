@@ -291,32 +291,26 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
 def _packed(graph, executor, shapes, points, tolerance, fallbacks, build):
     """The traced graph as a function of the packed vector (sites sorted by name, as
     :meth:`FlatPotential.pack` lays them out): ``u (D,) -> (U, dU/du (D,))``, the split of
-    ``u`` and the concatenation of the gradient recorded into the graph, so that NUTS on
-    the packed vector (:meth:`FlatPotential.vector_potential_fn`) runs no Python per step
-    beyond one call.  Checked against the per-site graph at the check points; None (warned,
-    in ``fallbacks``) where recording or the check fails: NUTS then unpacks in Python."""
+    ``u`` and the concatenation of the gradient written into the graph
+    (:func:`_packed_graph`), so that NUTS on the packed vector
+    (:meth:`FlatPotential.vector_potential_fn`) runs no Python per step beyond one call.
+    Checked against the per-site graph at the check points; None (warned, in
+    ``fallbacks``) where building or the check fails: NUTS then unpacks in Python."""
     import time
     import warnings
 
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from consensuskit.inference.graph_simplify import simplify_graph
-
     t0 = time.process_time()
-    sizes = [int(torch.Size(s).numel()) for s in shapes]
-
-    def packed(u):
-        parts = [p.reshape(s) for p, s in zip(torch.split(u, sizes), shapes)]
-        out = graph(*parts)
-        return out[0], torch.cat([g.reshape(-1) for g in out[1:]])
 
     def pack(point):
         return torch.cat([p.reshape(-1) for p in point])
+
+    def per_site(point):
+        out = graph(*point)
+        return out[0], torch.cat([g.reshape(-1) for g in out[1:]])
     try:
-        recorded, _ = simplify_graph(make_fx(packed)(pack(points[0])))
-        fn = _run_with(executor, recorded, [pack(points[0])])
+        fn = _run_with(executor, _packed_graph(graph, shapes), [pack(points[0])])
         bad = _mismatch(lambda *point: fn(pack(point)),
-                        [(point, packed(pack(point))) for point in points], tolerance)
+                        [(point, per_site(point)) for point in points], tolerance)
     except Exception as exc:  # noqa: BLE001 - an optimisation that failed is skipped
         bad = f"{type(exc).__name__}: {str(exc)[:200]}"
     build["packed_seconds"] = time.process_time() - t0
@@ -327,6 +321,42 @@ def _packed(graph, executor, shapes, points, tolerance, fallbacks, build):
     fallbacks.append(reason)
     warnings.warn(f"compiled potential: {reason}", RuntimeWarning, stacklevel=3)
     return None
+
+
+def _packed_graph(graph, shapes):
+    """A copy of ``graph`` (inputs: one tensor per site, output ``(U, *grads)``) whose one
+    input is the packed vector (split into the sites' shapes) and whose output is ``(U,
+    the gradients concatenated)``: three operations per site more, no re-recording."""
+    import copy
+    import operator
+
+    aten = torch.ops.aten
+    gm = copy.deepcopy(graph)
+    g = gm.graph
+    inputs = [n for n in g.nodes if n.op == "placeholder"]
+    if len(inputs) != len(shapes):
+        raise ValueError(f"the graph has {len(inputs)} inputs for {len(shapes)} sites")
+    with g.inserting_before(inputs[0]):
+        u = g.placeholder("packed")
+    first = next(n for n in g.nodes if n.op != "placeholder")
+    sizes = [int(torch.Size(s).numel()) for s in shapes]
+    with g.inserting_before(first):
+        pieces = g.call_function(aten.split_with_sizes.default, (u, sizes))
+        for i, (node, shape) in enumerate(zip(inputs, shapes)):
+            piece = g.call_function(operator.getitem, (pieces, i))
+            node.replace_all_uses_with(
+                g.call_function(aten.reshape.default, (piece, list(shape))))
+    for node in inputs:
+        g.erase_node(node)
+    output = next(n for n in g.nodes if n.op == "output")
+    values = output.args[0]
+    with g.inserting_before(output):
+        flat = [g.call_function(aten.reshape.default, (v, [-1])) for v in values[1:]]
+        grad = g.call_function(aten.cat.default, (flat,))
+    output.args = ((values[0], grad),)
+    g.lint()
+    gm.recompile()
+    return gm
 
 
 def _executor_name(compile) -> str:
