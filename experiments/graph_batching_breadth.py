@@ -8,7 +8,8 @@ and ``batch=True``; prints the ATen calls per gradient before and after, the CPU
 potential + gradient on each (median of ``--repeats`` timings of 30 calls, one thread),
 their ratio, the build's CPU, and the largest difference between the two graphs' outputs at
 five prior draws (value and gradients, relative to ``1 + |U|``), beside Pyro's own check
-(``fallbacks``: empty when the batched graph passed it).  Specs: MM's spec, BCE's
+(``fallbacks``: empty when the batched graph passed it); where batching saves no calls the
+recorded graph is kept (``build["batched"]`` False, said on the line).  Specs: MM's spec, BCE's
 collapsed spec, NBCE's spec, and the four users' variants of ``user_variants.py``
 (notebook 03's reliability variant among them).  Families: k-means with k = 3
 (``kmeans``), k drawn per column from 2 to 6 with k-means on random feature subsets
@@ -81,7 +82,9 @@ def one_case(model, extra, nesting, ens, repeats):
             call = functools.partial(tp.value_and_grad, *parts)
             out[batch] = dict(tp=tp, build=build, method=tp.method, fallbacks=list(tp.fallbacks),
                               us=cpu_per_call(call, repeats),
-                              calls=tp.build.get("calls_after", tp.build.get("calls_before")))
+                              batched=tp.build.get("batched"),
+                              calls=tp.build["calls_after" if tp.build.get("batched")
+                                             else "calls_before"])
     plain, batched = out[False]["tp"], out[True]["tp"]
     worst = 0.0
     for i in range(5):
@@ -97,6 +100,7 @@ def one_case(model, extra, nesting, ens, repeats):
                 us_plain=out[False]["us"], us_batched=out[True]["us"],
                 build_plain=out[False]["build"], build_batched=out[True]["build"],
                 method=out[True]["method"], fallbacks=out[True]["fallbacks"], worst=worst,
+                batched=out[True]["batched"],
                 dtype=str(plain.init(np.random.default_rng(0))[plain.names[0]].dtype))
 
 
@@ -138,7 +142,9 @@ def main(argv=None):
                       f"{r['calls_before']:5d}->{r['calls_after']:<5d} {r['us_plain']:9.0f} "
                       f"{r['us_batched']:8.0f} {ratio:6.2f} "
                       f"{r['build_plain']:5.1f}/{r['build_batched']:<5.1f} {r['worst']:8.1e}  "
-                      f"{r['method']} {r['dtype']} {r['fallbacks'] or ''}", flush=True)
+                      f"{r['method']} {r['dtype']}"
+                      f"{'' if r['batched'] else ' (batching saved no calls: not used)'} "
+                      f"{r['fallbacks'] or ''}", flush=True)
     if ratios:
         print(f"cases {len(ratios)}; speed-up plain/batched: min {min(ratios):.2f}, median "
               f"{np.median(ratios):.2f}, max {max(ratios):.2f}")

@@ -122,6 +122,7 @@ def test_traced_potential_batches_a_per_column_variant(monkeypatch, capfd):
     plain = traced_potential(_reliability, (lab,), kw, max_plate_nesting=2, batch=False)
     batched = traced_potential(_reliability, (lab,), kw, max_plate_nesting=2)
     assert batched.fallbacks == [] and batched.method == "traced"
+    assert batched.build["batched"], batched.build
     assert batched.build["calls_after"] < batched.build["calls_before"], batched.build
     # the stick-breaking transform of the six simplex sites (k = 3 and 4) runs per shape
     before, after = (_calls(graphs[k], aten.cumprod.default) for k in ("before", "after"))

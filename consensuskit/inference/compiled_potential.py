@@ -207,7 +207,8 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
        ops out of place, data-only work folded into constants, repeats merged), and, with
        ``batch`` (default), run the operations that repeat per site or per column as
        batches (:mod:`consensuskit.inference.graph_batching`; checked against Pyro's
-       potential at the ``verify`` points, the unbatched graph kept where it disagrees);
+       potential at the ``verify`` points, the unbatched graph kept where it disagrees or
+       where batching saves no calls: ``build["batched"]``);
     3. run it with an *executor* (``compile``):
 
        * ``False`` or ``"fx"``: the graph's generated Python (no build cost);
@@ -424,8 +425,12 @@ def _compiled(function, example, points, executor, verify, tolerance, fallbacks,
             bad = f"{type(exc).__name__}: {str(exc)[:200]}"
         build["batch_seconds"] = time.process_time() - t1
         if bad is None:
-            graph = batched
-            build.update(batch_stats, nodes_batched=len(graph.graph.nodes))
+            # kept only where it saves calls (sites of different shapes may leave nothing
+            # to batch, and then the gathers cost more than they save)
+            build.update(batch_stats)
+            build["batched"] = batch_stats["calls_after"] < batch_stats["calls_before"]
+            if build["batched"]:
+                graph = batched
         else:
             fall(f"batching the graph's repeated operations failed ({bad}); "
                  "the unbatched graph is used")
