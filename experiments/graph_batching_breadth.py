@@ -83,8 +83,8 @@ def one_case(model, extra, nesting, ens, repeats):
             out[batch] = dict(tp=tp, build=build, method=tp.method, fallbacks=list(tp.fallbacks),
                               us=cpu_per_call(call, repeats),
                               batched=tp.build.get("batched"),
-                              calls=tp.build["calls_after" if tp.build.get("batched")
-                                             else "calls_before"])
+                              calls=tp.build.get("calls_after" if tp.build.get("batched")
+                                                 else "calls_before"))
     plain, batched = out[False]["tp"], out[True]["tp"]
     worst = 0.0
     for i in range(5):
