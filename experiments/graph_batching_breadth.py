@@ -35,6 +35,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 import loo_vs_bruteforce as lbf  # noqa: E402
 import user_variants  # noqa: E402
+from bench_vs_numpyro import median_cpu  # noqa: E402
 
 from consensuskit.inference.compiled_potential import traced_potential  # noqa: E402
 from consensuskit.models.bce import spec as bce  # noqa: E402
@@ -55,17 +56,6 @@ def specs():
     }
 
 
-def cpu_per_call(fn, repeats, inner=30):
-    fn()
-    times = []
-    for _ in range(repeats):
-        c = time.process_time()
-        for _ in range(inner):
-            fn()
-        times.append((time.process_time() - c) / inner)
-    return 1e6 * float(np.median(times))
-
-
 def one_case(model, extra, nesting, ens, repeats):
     lab = torch.as_tensor(ens.codes.astype(np.int64))
     kw = dict(n_labels=[int(k) for k in ens.n_labels], n_clusters=3, **extra)
@@ -81,7 +71,7 @@ def one_case(model, extra, nesting, ens, repeats):
             parts = [p[k] for k in tp.names]
             call = functools.partial(tp.value_and_grad, *parts)
             out[batch] = dict(tp=tp, build=build, method=tp.method, fallbacks=list(tp.fallbacks),
-                              us=cpu_per_call(call, repeats),
+                              us=1e6 * median_cpu(call, repeats, 30),
                               batched=tp.build.get("batched"),
                               calls=tp.build.get("calls_after" if tp.build.get("batched")
                                                  else "calls_before"))
