@@ -5,7 +5,8 @@ on several bundled data sets and base-clustering families.
 Per case (spec, data set, family, M): the traced potential built twice, as
 ``PyroConsensus(inference="nuts")`` builds it (TorchScript executor), with ``batch=False``
 and ``batch=True``; prints the ATen calls per gradient before and after, the CPU of one
-potential + gradient on each (median of ``--repeats`` timings of 30 calls, one thread),
+potential + gradient on each (median of ``--repeats`` timings of 30 calls, the two sides
+timed in turn, one thread),
 their ratio, the build's CPU, and the largest difference between the two graphs' outputs at
 five prior draws (value and gradients, relative to ``1 + |U|``), beside Pyro's own check
 (``fallbacks``: empty when the batched graph passed it); where batching saves no calls the
@@ -69,12 +70,16 @@ def one_case(model, extra, nesting, ens, repeats):
             build = time.process_time() - c
             p = tp.init(np.random.default_rng(0))
             parts = [p[k] for k in tp.names]
-            call = functools.partial(tp.value_and_grad, *parts)
             out[batch] = dict(tp=tp, build=build, method=tp.method, fallbacks=list(tp.fallbacks),
-                              us=1e6 * median_cpu(call, repeats, 30),
+                              call=functools.partial(tp.value_and_grad, *parts), us=[],
                               batched=tp.build.get("batched"),
                               calls=tp.build.get("calls_after" if tp.build.get("batched")
                                                  else "calls_before"))
+    for _ in range(repeats):  # in turn, so that a change of load hits both sides alike
+        for batch in (False, True):
+            out[batch]["us"].append(1e6 * median_cpu(out[batch]["call"], 1, 30))
+    for batch in (False, True):
+        out[batch]["us"] = float(np.median(out[batch]["us"]))
     plain, batched = out[False]["tp"], out[True]["tp"]
     worst = 0.0
     for i in range(5):
