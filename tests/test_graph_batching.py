@@ -161,3 +161,30 @@ def test_a_wrong_batched_graph_is_caught_and_not_used(monkeypatch):
         pot = traced_potential(_reliability, (lab,), kw, max_plate_nesting=2)
     assert any("batching" in f for f in pot.fallbacks)
     assert pot.method == "traced" and "calls_after" not in pot.build
+
+
+def _mixed_dtypes(labels=None, *, n_labels, n_clusters, **kw):
+    """MM with float32 mixing logits (torch's default dtype, as a user writes them) beside
+    the spec's float64 label distributions."""
+    from consensuskit.models.mm import spec as mm
+
+    logits = pyro.sample("pi_logits", dist.Normal(torch.zeros(n_clusters), 1.0).to_event(1))
+    return mm.model(labels, n_labels=n_labels, n_clusters=n_clusters,
+                    pi=torch.softmax(logits, -1), **kw)
+
+
+def test_packed_potential_keeps_each_sites_dtype():
+    """The packed vector is float64 when any site is (torch.cat promotes); each site is
+    converted back to its own dtype inside the graph, so the packed potential is the
+    per-site one (it failed its check, warned, before the conversion)."""
+    lab, kw = _labels(seed=2)
+    pot = traced_potential(_mixed_dtypes, (lab,), kw, max_plate_nesting=1)
+    params = pot.init(np.random.default_rng(0))
+    assert {v.dtype for v in params.values()} == {torch.float32, torch.float64}
+    assert pot.fallbacks == [] and pot.packed_value_and_grad is not None
+    u = pot.pack(params)
+    value, grad = pot.packed_value_and_grad(u)
+    v0, g0 = pot.value_and_grad(*(params[k] for k in pot.names))
+    torch.testing.assert_close(value, v0, rtol=0, atol=0)
+    torch.testing.assert_close(grad, torch.cat([g.reshape(-1).to(grad.dtype) for g in g0]),
+                               rtol=0, atol=0)

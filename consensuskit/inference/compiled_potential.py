@@ -309,7 +309,8 @@ def _packed(graph, executor, shapes, points, tolerance, fallbacks, build):
         out = graph(*point)
         return out[0], torch.cat([g.reshape(-1) for g in out[1:]])
     try:
-        fn = _run_with(executor, _packed_graph(graph, shapes), [pack(points[0])])
+        dtypes = [p.dtype for p in points[0]]
+        fn = _run_with(executor, _packed_graph(graph, shapes, dtypes), [pack(points[0])])
         bad = _mismatch(lambda *point: fn(pack(point)),
                         [(point, per_site(point)) for point in points], tolerance)
     except Exception as exc:  # noqa: BLE001 - an optimisation that failed is skipped
@@ -324,10 +325,11 @@ def _packed(graph, executor, shapes, points, tolerance, fallbacks, build):
     return None
 
 
-def _packed_graph(graph, shapes):
+def _packed_graph(graph, shapes, dtypes):
     """A copy of ``graph`` (inputs: one tensor per site, output ``(U, *grads)``) whose one
-    input is the packed vector (split into the sites' shapes) and whose output is ``(U,
-    the gradients concatenated)``: three operations per site more, no re-recording."""
+    input is the packed vector (split into the sites' shapes and converted back to each
+    site's dtype: the vector has the widest, as ``torch.cat`` makes it) and whose output is
+    ``(U, the gradients concatenated)``: a few operations per site more, no re-recording."""
     import copy
     import operator
 
@@ -341,10 +343,13 @@ def _packed_graph(graph, shapes):
         u = g.placeholder("packed")
     first = next(n for n in g.nodes if n.op != "placeholder")
     sizes = [int(torch.Size(s).numel()) for s in shapes]
+    packed_dtype = torch.cat([torch.zeros(1, dtype=d) for d in dtypes]).dtype
     with g.inserting_before(first):
         pieces = g.call_function(aten.split_with_sizes.default, (u, sizes))
         for i, (node, shape) in enumerate(zip(inputs, shapes)):
             piece = g.call_function(operator.getitem, (pieces, i))
+            if dtypes[i] != packed_dtype:
+                piece = g.call_function(aten._to_copy.default, (piece,), {"dtype": dtypes[i]})
             node.replace_all_uses_with(
                 g.call_function(aten.reshape.default, (piece, list(shape))))
     for node in inputs:
