@@ -89,9 +89,10 @@ class FlatPotential:
         :func:`~consensuskit.inference.graph_simplify.simplify_graph`.
     packed_value_and_grad : callable(Tensor (D,)) -> (Tensor (), Tensor (D,)), optional
         ``U`` and its gradient on the packed vector (:meth:`pack`, sites in
-        ``packed_names`` order) directly, where the potential works on one vector anyway (a
-        hand-written one); else :meth:`vector_potential_fn` unpacks, calls
-        ``value_and_grad`` and packs the gradient.
+        ``packed_names`` order) directly: a hand-written potential works on one vector
+        anyway, a traced one has a graph of the vector (see :func:`traced_potential`);
+        where it is None, :meth:`vector_potential_fn` unpacks, calls ``value_and_grad``
+        and packs the gradient.
     """
 
     names: list
