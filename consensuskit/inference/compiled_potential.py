@@ -221,7 +221,9 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
     4. check it (``verify`` points: the prior draw it was traced at and ``verify - 1``
        more) against Pyro's own potential and gradient, run the ordinary way.  A model
        whose Python branches on parameter values records only the branch taken at the
-       trace point: this check catches it.
+       trace point: this check catches it;
+    5. edit a copy of the graph into a function of the packed vector NUTS samples
+       (``packed_value_and_grad``), checked against the per-site graph.
 
     Whatever fails -- tracing, compiling, the check -- falls back to the next executor in
     ``inductor -> jit -> fx``, and past ``fx`` to Pyro's potential called each time
