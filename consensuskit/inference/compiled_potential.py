@@ -394,9 +394,10 @@ def _split_output(fn):
 
 def _compiled(function, example, points, executor, verify, tolerance, fallbacks, build,
               batch=True):
-    """``(callable, method)``: ``function`` traced, simplified (and batched) and run by
-    ``executor``, or by the next one down where a step fails (each failure appended to
-    ``fallbacks``)."""
+    """``(callable, method, (graph, executor) or None)``: ``function`` traced, simplified
+    (and batched) and run by ``executor``, or by the next one down where a step fails (each
+    failure appended to ``fallbacks``); the fx graph and its executor's name are returned
+    for :func:`_packed` (None when Pyro's potential is used)."""
     import time
     import warnings
 
@@ -439,6 +440,8 @@ def _compiled(function, example, points, executor, verify, tolerance, fallbacks,
             build["batched"] = batch_stats["calls_after"] < batch_stats["calls_before"]
             if build["batched"]:
                 graph = batched
+        elif verify and _mismatch(graph, reference, tolerance) is not None:
+            pass  # the recorded graph disagrees too: the executors' checks below report it
         else:
             fall(f"batching the graph's repeated operations failed ({bad}); "
                  "the unbatched graph is used")
