@@ -1,21 +1,22 @@
 """The traced potential with and without batching of its repeated operations
-(:mod:`consensuskit.inference.graph_batching`), on every spec a user's NUTS fit traces,
-on several bundled data sets and base-clustering families.
+(:mod:`consensuskit.inference.graph_batching`), on the specs a user's NUTS fit traces
+(GBCE's aside: they need features), on three bundled data sets and three base-clustering
+families.
 
 Per case (spec, data set, family, M): the traced potential built twice, as
 ``PyroConsensus(inference="nuts")`` builds it (TorchScript executor), with ``batch=False``
 and ``batch=True``; prints the ATen calls per gradient before and after, the CPU of one
 potential + gradient on each (median of ``--repeats`` timings of 30 calls, the two sides
-timed in turn, one thread),
-their ratio, the build's CPU, and the largest difference between the two graphs' outputs at
-five prior draws (value and gradients, relative to ``1 + |U|``), beside Pyro's own check
-(``fallbacks``: empty when the batched graph passed it); where batching saves no calls the
-recorded graph is kept (``build["batched"]`` False, said on the line).  Specs: MM's spec, BCE's
-collapsed spec, NBCE's spec, and the four users' variants of ``user_variants.py``
-(notebook 03's reliability variant among them).  Families: k-means with k = 3
-(``kmeans``), k drawn per column from 2 to 6 with k-means on random feature subsets
-(``rfs``) or k-means, average and Ward linkage in turn (``mixed``): columns with different k
-give sites of different shapes, so fewer repeats to batch.
+timed in turn, one thread), their ratio, the build's CPU, and the largest difference
+between the two graphs' outputs at five prior draws (value and gradients, relative to
+``1 + |U|``), beside Pyro's own check (``fallbacks``: empty when the batched graph passed
+it); where batching saves no calls the recorded graph is kept (``build["batched"]``
+False, said on the line).  Specs: MM's spec, BCE's collapsed spec, NBCE's spec, and the
+four users' variants of ``user_variants.py`` (notebook 03's reliability variant among
+them).  Families: k-means with k = 3 (``kmeans``), k drawn per column from 2 to 6 with
+k-means on random feature subsets (``rfs``) or k-means, average and Ward linkage in turn
+(``mixed``): columns with different k give sites of different shapes, so fewer repeats to
+batch.  ``tests/test_graph_batching.py`` runs a slice of it as a slow test.
 
 Usage: OMP_NUM_THREADS=1 python experiments/graph_batching_breadth.py [--rows 40]
        [--datasets wine iris glass] [--families kmeans rfs mixed] [--m 4 12] [--specs ...]
