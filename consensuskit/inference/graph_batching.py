@@ -227,11 +227,11 @@ class _Plan:
         return where
 
 
-def _attribute(gm, target: str):
-    value = gm
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
+def _stacked(values):
+    """Per-member values stacked on a new first dimension (tuples element by element)."""
+    if isinstance(values[0], tuple):
+        return tuple(torch.stack(v) for v in zip(*values))
+    return torch.stack(values)
 
 
 class _Program:
@@ -256,7 +256,7 @@ class _Program:
             if n.op == "placeholder":
                 self.value[n] = next(feed)
             elif n.op == "get_attr":
-                self.value[n] = _attribute(plan.gm, n.target)
+                self.value[n] = operator.attrgetter(n.target)(plan.gm)
             elif n.op == "call_function":
                 self.value[n] = self._call(n)
             elif n.op == "output":
@@ -297,13 +297,10 @@ class _Program:
         waves = {self.plan.where[p][0] for p in parts}
         if len(waves) != 1:
             return None
-        b = self.batch[waves.pop()]
-        if isinstance(b, tuple):
+        w = waves.pop()
+        if isinstance(self.batch[w], tuple):
             return None
-        index = [self.plan.where[p][1] for p in parts]
-        if index != list(range(b.shape[0])):
-            b = b.index_select(0, torch.tensor(index))
-        return b.movedim(0, dim)
+        return self._members(w, parts).movedim(0, dim)
 
     def _column(self, column):
         """The batched value of one argument position: ``(value, batched?)``."""
@@ -312,24 +309,25 @@ class _Program:
             return self._get(column[0]), False
         sources = {plan.where[c][0] if c in plan.where else None for c in column}
         if len(sources) == 1 and None not in sources:
-            w = sources.pop()
-            index = [plan.where[c][1] for c in column]
-            b = self.batch[w]
-            if index != list(range(len(plan.schedule[w][1]))):
-                ix = torch.tensor(index)
-                b = pytree.tree_map(lambda t: t.index_select(0, ix), b)
-            return b, True
-        values = [self._get(c) for c in column]
-        if isinstance(values[0], tuple):
-            return tuple(torch.stack(v) for v in zip(*values)), True
-        return torch.stack(values), True
+            return self._members(sources.pop(), column), True
+        return _stacked([self._get(c) for c in column]), True
+
+    def _members(self, w, nodes):
+        """Wave ``w``'s batch at the positions of ``nodes`` (its members), in their order:
+        the batch itself where that is its order, else one ``index_select``."""
+        b = self.batch[w]
+        index = [self.plan.where[n][1] for n in nodes]
+        if index == list(range(len(self.plan.schedule[w][1]))):
+            return b
+        ix = torch.tensor(index)
+        return pytree.tree_map(lambda t: t.index_select(0, ix), b)
 
     def _wave(self, wave):
         plan = self.plan
         first = wave[0]
-        flat, spec = pytree.tree_flatten((plan.args[first], dict(first.kwargs)))
-        columns = list(zip(*(pytree.tree_flatten((plan.args[m], dict(m.kwargs)))[0]
-                             for m in wave)))
+        flats = [pytree.tree_flatten((plan.args[m], dict(m.kwargs))) for m in wave]
+        spec = flats[0][1]
+        columns = list(zip(*(flat for flat, _ in flats)))
         values, batched = [], []
         for column in columns:
             if isinstance(column[0], Node):
@@ -349,10 +347,7 @@ class _Program:
             return self._vmapped(first.target, values, batched, spec)
         except Exception:  # noqa: BLE001 - no batching rule or a bad view: one by one
             self.unbatched_waves += 1
-            out = [self._call(m) for m in wave]
-            if isinstance(out[0], tuple):
-                return tuple(torch.stack(v) for v in zip(*out))
-            return torch.stack(out)
+            return _stacked([self._call(m) for m in wave])
 
     @staticmethod
     def _vmapped(target, values, batched, spec):

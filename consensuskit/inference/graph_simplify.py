@@ -20,6 +20,8 @@ same order); ``tests/test_compiled_potential.py`` checks the outputs at random p
 
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
@@ -56,13 +58,6 @@ def _pure(node: Node) -> bool:
     return not any(w in name for w in _RANDOM_WORDS)
 
 
-def _attribute(gm, target: str):
-    value = gm
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
-
-
 def simplify_graph(gm: GraphModule) -> tuple[GraphModule, dict]:
     """Fold data-only work, merge repeats and drop identities in ``gm`` (in place).
 
@@ -84,7 +79,7 @@ def simplify_graph(gm: GraphModule) -> tuple[GraphModule, dict]:
     const: dict = {}
     for node in graph.nodes:
         if node.op == "get_attr":
-            const[node] = _attribute(gm, node.target)
+            const[node] = operator.attrgetter(node.target)(gm)
         elif _pure(node) and all(d in const for d in node.all_input_nodes):
             args = map_arg(node.args, const.__getitem__)
             kwargs = map_arg(node.kwargs, const.__getitem__)
