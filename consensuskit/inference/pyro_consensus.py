@@ -209,13 +209,14 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         NUTS: what computes the potential and its gradient at each leapfrog step.  "auto":
         the spec's hand-written one when it has one and the call fixes none of the sites it
         samples (the built-in MM spec), else "traced".  "traced": Pyro's potential recorded
-        once as a graph of tensor operations, simplified and run by TorchScript
-        (:func:`~consensuskit.inference.compiled_potential.traced_potential`: checked
-        against Pyro's at three prior draws; a failed trace or check falls back, warned, to
-        Pyro's); 1.7-2.2x less CPU per leapfrog step than "pyro" on two users' variants
-        and BCE's collapsed spec (``experiments/nuts_potential_cost.py``), after a build of
-        a few seconds per fit.  "pyro": Pyro's potential with its JIT, run under its
-        handlers at every step.  ``potential_`` says which ran.
+        once as a graph of tensor operations, simplified, its per-site repeats batched and
+        run by TorchScript (:func:`~consensuskit.inference.compiled_potential.traced_potential`:
+        checked against Pyro's at three prior draws; a failed trace or check falls back,
+        warned, to Pyro's); 2.2-2.7x less CPU per leapfrog step than "pyro" on two users'
+        variants and BCE's collapsed spec, 1.6-2.3x per whole fit with the build of a few
+        seconds included (``experiments/nuts_potential_cost.py``,
+        ``results/issue27/nuts_potential_cost_s18.txt``).  "pyro": Pyro's potential with
+        its JIT, run under its handlers at every step.  ``potential_`` says which ran.
     min_steps : int or None
         SVI: the run stops at the first multiple of 50 steps from ``min_steps`` on where the
         test of ``svi_tol`` passes (an ELBO plateau), at ``num_steps`` at most; None runs all
