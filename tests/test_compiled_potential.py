@@ -303,6 +303,19 @@ def test_traced_potential_falls_back_when_tracing_fails():
     assert float(tp(params)[0]) == pytest.approx(ref, rel=1e-12)
 
 
+
+def test_traced_potential_progress_names_each_step(capsys):
+    x, kw = _data(15, N=20, M=3)
+    traced_potential(spec.model, (torch.as_tensor(x),), kw, max_plate_nesting=1,
+                     compile="fx", progress=True)
+    err = capsys.readouterr().err
+    for step in ("tracing the potential", "recording", "batching repeated operations",
+                 "compiling (fx) and checking", "packing"):
+        assert step in err
+    traced_potential(spec.model, (torch.as_tensor(x),), kw, max_plate_nesting=1,
+                     compile="fx")
+    assert capsys.readouterr().err == ""
+
 # ------------------------------------------------- NUTS on the packed vector
 def _nuts_one_site_per_model_site(potential, chain_seed, n):
     """The reference: Pyro's NUTS on the potential with one NUTS site per model site and

@@ -63,7 +63,7 @@ def fit_nuts_compiled(model, labels, *, model_kwargs, num_samples=500, warmup_st
     if potential is None:
         potential = build_potential(model, labels, model_kwargs,
                                     max_plate_nesting=max_plate_nesting, method=method,
-                                    compile=compile)
+                                    compile=compile, progress=progress)
     build = time.process_time() - t0
     chains = []
     for _ in range(num_chains):
