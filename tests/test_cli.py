@@ -258,6 +258,18 @@ def test_nbce_rejects_n_clusters_with_a_pointer_to_truncation(tmp_path, capsys):
     assert "--truncation sets its upper bound" in _error(capsys)
 
 
+
+@pytest.mark.parametrize("model", ["pcc", "bce", "resampling"])
+def test_missing_n_clusters_is_reported_with_the_fit_usage(tmp_path, capsys, model):
+    src = tmp_path / "labels.csv"
+    src.write_text("0,1\n1,0\n")
+    with pytest.raises(SystemExit) as stop:
+        _fit("--model", model, src)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: consensuskit fit ")
+    assert f"consensuskit fit: error: --n-clusters is required for --model {model}" in err
+
 def _labels_file(tmp_path, n=60, seed=0, name="labels.csv"):
     rng = np.random.default_rng(seed)
     truth = np.arange(n) % 3

@@ -401,7 +401,7 @@ def _build_parser(model=None):
     demo_cmd.add_argument("--figure", default="consensuskit_demo.png",
                           help="where to write the figure (default: consensuskit_demo.png)")
     demo_cmd.add_argument("--no-figure", action="store_true", help="print the tables only")
-    demo_cmd.set_defaults(func=_cmd_demo)
+    demo_cmd.set_defaults(func=_cmd_demo, command_parser=demo_cmd)
 
     fit = sub.add_parser(
         "fit", parents=[common], help="fit a consensus model to a CSV of base labels",
@@ -455,7 +455,7 @@ def _build_parser(model=None):
                 group.add_argument("--features", metavar="FILE", default=None,
                                    help="CSV of numeric features, one line per label line "
                                         "(header optional)")
-    fit.set_defaults(func=_cmd_fit)
+    fit.set_defaults(func=_cmd_fit, command_parser=fit)
 
     rep = sub.add_parser("reproduce", parents=[common], help="regenerate a published table")
     rep.add_argument("name", nargs="?", default=None, help="reproduction name (omit to list)")
@@ -473,13 +473,13 @@ def _build_parser(model=None):
                      help="override the mode's number of repeats (subsets, runs) to fit a budget")
     rep.add_argument("--only", default=None,
                      help="comma-separated parts to run (e.g. table3,fig4); default all")
-    rep.set_defaults(func=_cmd_reproduce)
+    rep.set_defaults(func=_cmd_reproduce, command_parser=rep)
 
     warm_help = ("compile the numba kernels once into numba's cache (run at install, so "
                  "that a first demo or fit does not compile)")
     warm = sub.add_parser("warmup", parents=[common], help=warm_help,
                           description=warm_help[0].upper() + warm_help[1:] + ".")
-    warm.set_defaults(func=_cmd_warmup)
+    warm.set_defaults(func=_cmd_warmup, command_parser=warm)
     return parser
 
 
@@ -490,10 +490,11 @@ def main(argv=None) -> int:
     parser = _build_parser(model)
     args = parser.parse_args(argv)
     args.quiet = getattr(args, "quiet", False)
+    command = args.command_parser  # its errors carry the command's usage line
     if getattr(args, "n_partitions", 1) < 1:
-        parser.error("--n-partitions must be >= 1")
+        command.error("--n-partitions must be >= 1")
     if getattr(args, "repeats", None) is not None and args.repeats < 1:
-        parser.error("--repeats must be >= 1")
+        command.error("--repeats must be >= 1")
     if args.command == "fit":
         try:
             params = inspect.signature(
@@ -501,9 +502,9 @@ def main(argv=None) -> int:
         except ImportError:
             params = {}
         if "n_clusters" in params and not hasattr(args, "param__n_clusters"):
-            parser.error(f"--n-clusters is required for --model {args.model}")
+            command.error(f"--n-clusters is required for --model {args.model}")
         if getattr(args, "param__n_clusters", 1) < 1:
-            parser.error("--n-clusters must be >= 1")
+            command.error("--n-clusters must be >= 1")
     previous = os.environ.get("TQDM_DISABLE")
     if args.quiet:  # silences every tqdm bar, including those inside estimators
         os.environ["TQDM_DISABLE"] = "1"
