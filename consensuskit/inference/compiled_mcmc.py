@@ -69,10 +69,12 @@ def fit_nuts_compiled(model, labels, *, model_kwargs, num_samples=500, warmup_st
     for _ in range(num_chains):
         chain_seed = int(rs.integers(2**31 - 1))
         pyro.set_rng_seed(chain_seed)
-        start = potential.pack(potential.init(np.random.default_rng(chain_seed)))
         if init == "uniform":
             g = torch.Generator().manual_seed(chain_seed)
-            start = torch.rand(start.shape, generator=g, dtype=start.dtype) * 4.0 - 2.0
+            start = torch.rand(potential.packed_size, generator=g,
+                               dtype=potential.packed_dtype) * 4.0 - 2.0
+        else:
+            start = potential.pack(potential.init(np.random.default_rng(chain_seed)))
         kernel = RecordingNUTS(potential_fn=potential.vector_potential_fn,
                                target_accept_prob=target_accept_prob,
                                max_tree_depth=max_tree_depth, full_mass=full_mass)

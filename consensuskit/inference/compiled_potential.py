@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, reduce
 
+import numpy as np
 import pyro
 import torch
 
@@ -93,6 +94,10 @@ class FlatPotential:
         anyway, a traced one has a graph of the vector (see :func:`traced_potential`);
         where it is None, :meth:`vector_potential_fn` unpacks, calls ``value_and_grad``
         and packs the gradient.
+    dtypes : list of torch.dtype, optional
+        Each site's dtype, in ``names`` order (a traced potential records them; else they
+        are read once from a draw of ``init``): :meth:`unpack` returns each site in its own
+        dtype, the packed vector has the widest (``packed_dtype``).
     """
 
     names: list
@@ -105,6 +110,7 @@ class FlatPotential:
     fallbacks: list = field(default_factory=list)
     build: dict = field(default_factory=dict)
     packed_value_and_grad: Callable | None = None
+    dtypes: list | None = None
 
     def potential_fn(self, params: dict) -> torch.Tensor:
         """``U(params)`` for Pyro's HMC/NUTS (``params``: site -> unconstrained value).
@@ -132,12 +138,28 @@ class FlatPotential:
 
     @cached_property
     def _packing(self):
-        """``(names, shapes, sizes)`` of the packed vector's sites (computed once: NUTS
-        unpacks at every leapfrog step)."""
+        """``(names, shapes, sizes, dtypes)`` of the packed vector's sites (computed once:
+        NUTS unpacks at every leapfrog step)."""
         shapes = dict(zip(self.names, self.unconstrained_shapes))
+        dtypes = self.dtypes
+        if dtypes is None:
+            draw = self.init(np.random.default_rng(0))
+            dtypes = [draw[k].dtype for k in self.names]
+        dtypes = dict(zip(self.names, dtypes))
         names = tuple(sorted(self.names))
         return (names, tuple(torch.Size(shapes[k]) for k in names),
-                tuple(int(torch.Size(shapes[k]).numel()) for k in names))
+                tuple(int(torch.Size(shapes[k]).numel()) for k in names),
+                tuple(dtypes[k] for k in names))
+
+    @property
+    def packed_size(self) -> int:
+        """``D``, the length of the packed vector."""
+        return sum(self._packing[2])
+
+    @property
+    def packed_dtype(self) -> torch.dtype:
+        """The packed vector's dtype: the widest of the sites' (as ``torch.cat`` makes it)."""
+        return reduce(torch.promote_types, self._packing[3])
 
     def pack(self, params: dict) -> torch.Tensor:
         """The unconstrained sites ``params`` (site -> Tensor of its shape) as one vector
@@ -146,13 +168,15 @@ class FlatPotential:
 
     def unpack(self, u: torch.Tensor) -> dict:
         """Inverse of :meth:`pack` on the last dimension: ``u`` (..., D) -> site -> Tensor
-        (..., *its unconstrained shape), in the order of ``packed_names``."""
-        names, shapes, sizes = self._packing
+        (..., *its unconstrained shape) in the site's own dtype, in the order of
+        ``packed_names``."""
+        names, shapes, sizes, dtypes = self._packing
         if u.shape[-1] != sum(sizes):
             raise ValueError(f"a packed vector has {sum(sizes)} entries; got {u.shape[-1]}")
         lead = u.shape[:-1]
-        return {k: part.reshape(lead + shape)
-                for k, part, shape in zip(names, torch.split(u, sizes, dim=-1), shapes)}
+        return {k: part.reshape(lead + shape).to(dtype)
+                for k, part, shape, dtype in zip(names, torch.split(u, sizes, dim=-1), shapes,
+                                                 dtypes)}
 
     def constrain(self, u: torch.Tensor) -> dict:
         """Packed unconstrained draws ``u`` (..., D) -> site -> constrained values
@@ -296,7 +320,7 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
                            (atol, rtol), fallbacks, batch)
     return FlatPotential(names, shapes, transforms, _split_output(fn), method, prior,
                          _split_output(map_fn), fallbacks=fallbacks, build=build,
-                         packed_value_and_grad=packed)
+                         packed_value_and_grad=packed, dtypes=[p.dtype for p in example])
 
 
 class _BuildProgress:
@@ -415,8 +439,6 @@ def _executor_name(compile) -> str:
 
 
 def _rng(i):
-    import numpy as np
-
     return np.random.default_rng(7919 + i)
 
 
