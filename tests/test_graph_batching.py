@@ -58,6 +58,28 @@ def test_repeated_sites_run_as_batches_with_the_same_outputs():
         _assert_same(batched(*point), fn(*point))
 
 
+
+def test_views_that_change_nothing_are_dropped_and_the_others_kept():
+    def fn(x, y):
+        a = x.permute(0, 1) * 2.0          # identity permutation: dropped
+        b = y.view(4) + a.sum()            # view to its own shape: dropped
+        c = x.permute(1, 0).exp()          # a real transpose: kept
+        d = x.reshape(6).expand(6) - 1.0   # reshape changes the shape (kept), expand not
+        e = x.sum().view(()) * 3.0         # a 0-d view of a 0-d value: dropped
+        return a, b, c, d, e, y.view(4)    # a view that is an output: kept
+    inputs = [torch.randn(2, 3, dtype=torch.float64), torch.randn(4, dtype=torch.float64)]
+    graph = functional_graph(make_fx(fn)(*inputs), inputs)
+    n_permute, n_view = _calls(graph, aten.permute.default), _calls(graph, aten.view.default)
+    simplified, stats = simplify_graph(graph)
+    assert stats["shape_identities"] == 4
+    assert _calls(simplified, aten.permute.default) == n_permute - 1 == 1
+    assert _calls(simplified, aten.view.default) == n_view - 2
+    assert _calls(simplified, aten.expand.default) == 0
+    point = [torch.randn(2, 3, dtype=torch.float64), torch.randn(4, dtype=torch.float64)]
+    for got, want in zip(simplified(*point), fn(*point)):
+        assert got.shape == want.shape and got.stride() == want.stride()
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
 def test_sites_of_one_shape_each_are_not_batched_and_stay_exact():
     """Every site a different shape: nothing to batch with, the graph computes the same."""
     shapes = [(2,), (3,), (4,), (5,)]

@@ -11,6 +11,10 @@ not their arithmetic, sets the time of a call.  Many are avoidable:
 * the same operation on the same arguments recorded twice (Pyro's handlers and the
   backward pass often recompute a value): kept once (*common subexpressions*);
 * ``detach``/``alias``/``lift_fresh_copy``: identities once no autograd runs on the graph;
+* views that change nothing (``permute`` by the identity, ``view``/``reshape``/``expand``/
+  ``squeeze`` to the shape, strides and dtype they were given, as recorded in the node's
+  ``meta["val"]``): Pyro's broadcasting records many on 0-d and already-aligned tensors
+  (124 of 1,185 calls per gradient of notebook 03's variant) (*shape identities*);
 * in-place operations are first rewritten out of place (:func:`functional_graph`), so that
   folding and merging never share a buffer that a later operation would overwrite.
 
@@ -31,6 +35,10 @@ __all__ = ["functional_graph", "simplify_graph"]
 _aten = torch.ops.aten
 #: ops that return their (single) argument's values: identities outside autograd
 _IDENTITIES = {_aten.detach.default, _aten.lift_fresh_copy.default, _aten.alias.default}
+#: views that return their argument unchanged when shape, strides and dtype stay the same
+_VIEWS = {_aten.permute.default, _aten.view.default, _aten.reshape.default,
+          _aten._unsafe_view.default, _aten.expand.default, _aten.squeeze.default,
+          _aten.squeeze.dim, _aten.squeeze.dims}
 _RANDOM_WORDS = ("rand", "bernoulli", "normal", "uniform", "multinomial", "poisson",
                  "exponential", "geometric", "cauchy", "dropout")
 
@@ -58,22 +66,43 @@ def _pure(node: Node) -> bool:
     return not any(w in name for w in _RANDOM_WORDS)
 
 
+def _shape_identity(node: Node) -> bool:
+    """A view whose recorded result has its argument's shape, strides and dtype (so the
+    same values in the same layout), not itself an output of the graph."""
+    if node.op != "call_function" or node.target not in _VIEWS or not node.args:
+        return False
+    source = node.args[0]
+    if not isinstance(source, Node) or any(u.op == "output" for u in node.users):
+        return False
+    out, arg = node.meta.get("val"), source.meta.get("val")
+    if not (isinstance(out, torch.Tensor) and isinstance(arg, torch.Tensor)):
+        return False
+    return (out.shape == arg.shape and out.stride() == arg.stride()
+            and out.dtype == arg.dtype)
+
+
 def simplify_graph(gm: GraphModule) -> tuple[GraphModule, dict]:
     """Fold data-only work, merge repeats and drop identities in ``gm`` (in place).
 
     ``gm`` must be functional (:func:`functional_graph`).  Returns ``gm`` and counts:
-    ``{"nodes_before", "nodes_after", "folded", "merged", "identities"}``.
+    ``{"nodes_before", "nodes_after", "folded", "merged", "identities",
+    "shape_identities"}``.
     """
     graph = gm.graph
     stats = {"nodes_before": len(graph.nodes)}
-    n_id = 0
+    n_id = n_view = 0
     for node in list(graph.nodes):
         if (node.op == "call_function" and node.target in _IDENTITIES and len(node.args) == 1
                 and not node.kwargs):
             node.replace_all_uses_with(node.args[0])
             graph.erase_node(node)
             n_id += 1
+        elif _shape_identity(node):
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
+            n_view += 1
     stats["identities"] = n_id
+    stats["shape_identities"] = n_view
 
     # folding: a pure call whose inputs are all constants is a constant
     const: dict = {}
