@@ -182,7 +182,10 @@ def _specs():
     from consensuskit.models.nbce import spec as nbce
 
     mm_hier = pytest.importorskip("experiments.user_variants").mm_hierarchical
+    more = pytest.importorskip("experiments.traced_variants_check")
     return {
+        "mm_stick_breaking": (more.mm_stick_breaking, 1, {}),  # pyro.deterministic, cumprod
+        "mm_tempered": (more.mm_tempered, 1, {}),  # poutine.scale
         "mm": (spec.model, 1, {}),
         "bce": (bce.model, 2, {}),
         "bce_collapsed": (bce.model_collapsed, 2, {}),
@@ -205,6 +208,7 @@ _SLOW = pytest.mark.slow
 _EXACT_CASES = [  # (spec, executor); the default suite runs one case per spec
     ("mm", "jit"), ("bce", "fx"), ("bce_collapsed", "jit"), ("nbce_tsb", "jit"),
     ("nbce_fsd", "fx"), ("mm_hierarchical", "fx"), ("bce_reliability", "jit"),
+    ("mm_stick_breaking", "jit"), ("mm_tempered", "jit"),
     pytest.param("mm", "fx", marks=_SLOW), pytest.param("bce", "jit", marks=_SLOW),
     pytest.param("bce_collapsed", "fx", marks=_SLOW),
     pytest.param("nbce_tsb", "fx", marks=_SLOW), pytest.param("nbce_fsd", "jit", marks=_SLOW),
