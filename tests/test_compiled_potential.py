@@ -320,6 +320,25 @@ def test_traced_potential_progress_names_each_step(capsys):
                      compile="fx")
     assert capsys.readouterr().err == ""
 
+
+@pytest.mark.parametrize("model", [pytest.param(_branching, marks=pytest.mark.slow),
+                                   _leaves_torch])
+def test_nuts_runs_on_pyros_potential_when_the_trace_falls_back(model):
+    """A model that cannot be traced (or whose graph fails the check) still samples: NUTS
+    calls the fallback inside an autograd Function, where grad mode is off."""
+    from consensuskit.inference.compiled_mcmc import fit_nuts_compiled
+
+    x, kw = _data(17, N=20, M=3)
+    kw = {"n_labels": kw["n_labels"], "n_clusters": 3}
+    with pytest.warns(RuntimeWarning, match="tracing failed|disagrees"):
+        samples, info = fit_nuts_compiled(model, torch.as_tensor(x), model_kwargs=kw,
+                                          num_samples=15, warmup_steps=15, num_chains=1,
+                                          max_plate_nesting=1, method="traced",
+                                          compile="jit", init="uniform", seed=0)
+    assert info["potential"] == "pyro"
+    assert samples["pi"].shape == (1, 15, 3) and torch.isfinite(samples["pi"]).all()
+    assert not torch.allclose(samples["pi"][0, 0], samples["pi"][0, -1])
+
 # ------------------------------------------------- NUTS on the packed vector
 def _nuts_one_site_per_model_site(potential, chain_seed, n):
     """The reference: Pyro's NUTS on the potential with one NUTS site per model site and

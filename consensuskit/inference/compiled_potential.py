@@ -286,9 +286,12 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
                           for d in (prior(_rng(i)) for i in range(max(verify - 1, 0)))]
 
     def value_and_grad(*parts):
-        leaves = [p.detach().requires_grad_(True) for p in parts]
-        u = pot(dict(zip(names, leaves)))
-        return (u.detach(), *torch.autograd.grad(u, leaves))
+        # grad mode on: NUTS calls this inside an autograd Function's forward, where it is
+        # off (only Pyro's potential, the last fallback, is run through autograd here)
+        with torch.enable_grad():
+            leaves = [p.detach().requires_grad_(True) for p in parts]
+            u = pot(dict(zip(names, leaves)))
+            return (u.detach(), *torch.autograd.grad(u, leaves))
 
     def map_loss():
         # -log p(X, T(u)): Pyro's potential on the constrained values (identity transforms,
@@ -301,9 +304,10 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
             initial_params=constrained_init, jit_compile=False)
 
         def map_value_and_grad(*parts):
-            leaves = [p.detach().requires_grad_(True) for p in parts]
-            u = joint({k: transforms[k].inv(v) for k, v in zip(names, leaves)})
-            return (u.detach(), *torch.autograd.grad(u, leaves))
+            with torch.enable_grad():
+                leaves = [p.detach().requires_grad_(True) for p in parts]
+                u = joint({k: transforms[k].inv(v) for k, v in zip(names, leaves)})
+                return (u.detach(), *torch.autograd.grad(u, leaves))
         return map_value_and_grad
 
     fallbacks: list = []
