@@ -217,3 +217,34 @@ def test_pyro_consensus_svi_with_several_particles(model, split):
                            n_perplexity_samples=50, init_steps=10).fit(X)
     assert np.isfinite(est.losses_).all() and len(est.losses_) >= 10
     assert np.isfinite(est.perplexity(X_test, unknown="missing"))
+
+
+def test_a_scaled_likelihood_is_flagged_at_fit_and_in_compare(split):
+    """poutine.scale on the observations multiplies every per-row score: a tempered MM
+    (scale 1/2) halves its log-likelihood, so its perplexity is the square root of the
+    untempered one's and compare would rank it first.  The fit warns, says which sites
+    (scaled_sites_), and compare marks the row unreliable; the spec itself is not flagged."""
+    from pyro import poutine
+
+    X, X_test = split
+
+    def tempered(labels=None, **kw):
+        with poutine.scale(scale=0.5):
+            return mm.model(labels, **kw)
+
+    quick = dict(n_clusters=3, random_state=0, num_steps=30, min_steps=10, polish_steps=5,
+                 n_init=1, n_posterior_draws=3, n_perplexity_samples=20)
+    plain = ck.PyroConsensus(mm.model, **quick).fit(X)
+    assert plain.scaled_sites_ == []
+    with pytest.warns(RuntimeWarning, match=r"scale other than 1 \(poutine.scale\)"):
+        hot = ck.PyroConsensus(tempered, **quick).fit(X)
+    assert sorted(hot.scaled_sites_) == [f"x_{j}" for j in range(X.shape[1])]
+    assert hot.perplexity(X_test, unknown="missing") < plain.perplexity(X_test,
+                                                                       unknown="missing")
+    with pytest.warns(RuntimeWarning, match="scaled"):
+        table = ck.compare({"plain": plain, "tempered": hot}, X, X_test, unknown="missing",
+                           refit=False)
+    assert table.index[0] == "tempered"  # ranked first by its scaled score ...
+    assert not table.loc["tempered", "reliable"]  # ... and flagged
+    assert "scaled" in " ".join(table.attrs["problems"]["tempered"])
+    assert not any("scaled" in p for p in table.attrs["problems"]["plain"])

@@ -57,7 +57,7 @@ COLUMNS = {
                    "(label-switching invariant; NaN with one chain)",
     "reliable": "False when a check failed: Pareto k > 0.7, R-hat > 1.05, chains in "
                 "separate modes, a NUTS run whose R-hat of lp is above its threshold or "
-                "unknown, or an unconverged ELBO (a warning names it)",
+                "unknown, an unconverged ELBO, or scaled observed sites (a warning names it)",
     "n_clusters": "distinct consensus labels found",
     "fit_seconds": "CPU seconds of fit", "fit_wall_seconds": "wall seconds of fit",
 }
@@ -110,7 +110,7 @@ def _loo_summary(name, est):
 
 
 def _fit_problems(est):
-    """Fit-time flags: chains in separate modes, an unconverged ELBO."""
+    """Fit-time flags: chains in separate modes, an unconverged ELBO, scaled likelihoods."""
     src = getattr(est, "hub_", None) or est
     problems = []
     if getattr(src, "chains_disagree_", False):
@@ -119,6 +119,10 @@ def _fit_problems(est):
         problems.append(f"NUTS not converged (R-hat of lp {src.rhat_lp_:.3g})")
     if getattr(src, "inference", None) == "svi" and getattr(src, "converged_", True) is False:
         problems.append("the SVI ELBO has not converged")
+    if getattr(src, "scaled_sites_", None):
+        problems.append(f"observed site(s) {src.scaled_sites_} scaled (poutine.scale): its "
+                        "scores count their log-density times the scale, not comparable "
+                        "with unscaled models")
     return problems
 
 

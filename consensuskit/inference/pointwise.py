@@ -28,7 +28,7 @@ is the exact ``log p(x_i | globals)`` (zero variance), and if that row distribut
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyro
@@ -48,7 +48,9 @@ _PARTICLES = "_ck_particles"
 
 @dataclass
 class SiteRoles:
-    """Which sample sites of a spec are global, row-local, enumerated or observed."""
+    """Which sample sites of a spec are global, row-local, enumerated or observed;
+    ``scaled``: the observed row sites whose log-density carries a scale other than 1
+    (``poutine.scale``), which every per-row score then counts times that scale."""
 
     globals: list
     locals: list
@@ -56,6 +58,7 @@ class SiteRoles:
     observed: list
     max_plate_nesting: int
     membership: str | None
+    scaled: list = field(default_factory=list)
 
 
 @dataclass
@@ -93,6 +96,8 @@ def site_roles(model, labels, model_kwargs, n_clusters=None) -> SiteRoles:
         nest = max(nest, len(frames))
         if site["is_observed"]:
             roles.observed.append(name)
+            if ROWS in frames and _scaled(site["scale"]):
+                roles.scaled.append(name)
         elif ROWS not in frames:
             roles.globals.append(name)
         elif site["infer"].get("enumerate") == "parallel":
@@ -117,6 +122,13 @@ def site_roles(model, labels, model_kwargs, n_clusters=None) -> SiteRoles:
                     roles.membership = name
                     break
     return roles
+
+
+def _scaled(scale) -> bool:
+    """A site's scale other than 1 anywhere (a number or a tensor of weights)."""
+    if torch.is_tensor(scale):
+        return not bool((scale == 1).all())
+    return scale != 1
 
 
 def _row_membership(fn):

@@ -243,6 +243,9 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
         chain, ``rhat_lp_`` is that of its two halves (a drift check), and
         ``chains_disagree_`` is False.
     fit_seconds_ : float (CPU)
+    scaled_sites_ : list of str
+        Observed row sites with a scale other than 1 (``poutine.scale``): scored times it
+        (a RuntimeWarning at fit; ``compare`` marks the row unreliable).
     potential_ : str (nuts)
         What computed the potential: "hand-written", "traced+jit" (or the executor a
         traced potential fell back to), or "pyro" (see ``nuts_potential``).
@@ -369,6 +372,14 @@ class PyroConsensus(GenerativeMixin, ConsensusEstimator):
             self.roles_ = pointwise.site_roles(self.model, labels, kw, self.n_clusters_)
         if self.max_plate_nesting is not None:
             self.roles_.max_plate_nesting = int(self.max_plate_nesting)
+        self.scaled_sites_ = list(self.roles_.scaled)
+        if self.scaled_sites_:
+            warnings.warn(
+                f"PyroConsensus: the observed site(s) {self.scaled_sites_} carry a scale "
+                "other than 1 (poutine.scale): perplexity, score_samples and the "
+                "log_likelihood group count their log-density times that scale, so a "
+                "tempered likelihood scores better than it predicts; compare this model "
+                "only with models scaled alike (scaled_sites_)", RuntimeWarning, stacklevel=4)
         P = self.roles_.max_plate_nesting
         t0 = time.process_time()
         if self.inference == "svi":
