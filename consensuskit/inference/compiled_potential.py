@@ -286,8 +286,9 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
                           for d in (prior(_rng(i)) for i in range(max(verify - 1, 0)))]
 
     def value_and_grad(*parts):
-        # grad mode on: NUTS calls this inside an autograd Function's forward, where it is
-        # off (only Pyro's potential, the last fallback, is run through autograd here)
+        # grad mode on: recorded once by make_fx, this runs at every step only where the
+        # trace fell back to Pyro's potential, and NUTS then calls it inside an autograd
+        # Function's forward, where grad mode is off
         with torch.enable_grad():
             leaves = [p.detach().requires_grad_(True) for p in parts]
             u = pot(dict(zip(names, leaves)))

@@ -14,7 +14,7 @@ not their arithmetic, sets the time of a call.  Many are avoidable:
 * views that change nothing (``permute`` by the identity, ``view``/``reshape``/``expand``/
   ``squeeze`` to the shape, strides and dtype they were given, as recorded in the node's
   ``meta["val"]``): Pyro's broadcasting records many on 0-d and already-aligned tensors
-  (124 of 1,185 calls per gradient of notebook 03's variant) (*shape identities*);
+  (124 of the 1,185 call nodes of notebook 03's batched gradient graph) (*shape identities*);
 * in-place operations are first rewritten out of place (:func:`functional_graph`), so that
   folding and merging never share a buffer that a later operation would overwrite.
 
