@@ -159,7 +159,7 @@ class FlatPotential:
     @property
     def packed_dtype(self) -> torch.dtype:
         """The packed vector's dtype: the widest of the sites' (as ``torch.cat`` makes it)."""
-        return reduce(torch.promote_types, self._packing[3])
+        return _widest(self._packing[3])
 
     def pack(self, params: dict) -> torch.Tensor:
         """The unconstrained sites ``params`` (site -> Tensor of its shape) as one vector
@@ -285,14 +285,7 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
     points = [example] + [[d[k] for k in names]
                           for d in (prior(_rng(i)) for i in range(max(verify - 1, 0)))]
 
-    def value_and_grad(*parts):
-        # grad mode on: recorded once by make_fx, this runs at every step only where the
-        # trace fell back to Pyro's potential, and NUTS then calls it inside an autograd
-        # Function's forward, where grad mode is off
-        with torch.enable_grad():
-            leaves = [p.detach().requires_grad_(True) for p in parts]
-            u = pot(dict(zip(names, leaves)))
-            return (u.detach(), *torch.autograd.grad(u, leaves))
+    value_and_grad = _with_gradient(lambda leaves: pot(dict(zip(names, leaves))))
 
     def map_loss():
         # -log p(X, T(u)): Pyro's potential on the constrained values (identity transforms,
@@ -304,12 +297,8 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
             transforms={k: identity_transform for k in names},
             initial_params=constrained_init, jit_compile=False)
 
-        def map_value_and_grad(*parts):
-            with torch.enable_grad():
-                leaves = [p.detach().requires_grad_(True) for p in parts]
-                u = joint({k: transforms[k].inv(v) for k, v in zip(names, leaves)})
-                return (u.detach(), *torch.autograd.grad(u, leaves))
-        return map_value_and_grad
+        return _with_gradient(
+            lambda leaves: joint({k: transforms[k].inv(v) for k, v in zip(names, leaves)}))
 
     fallbacks: list = []
     build: dict = {}
@@ -318,14 +307,33 @@ def traced_potential(model, model_args=(), model_kwargs=None, *, max_plate_nesti
                                   (atol, rtol), fallbacks, build, batch, steps)
     if graph is not None:
         steps.start("packing")
-    packed = None if graph is None else _packed(*graph, shapes, points, (atol, rtol),
-                                                 fallbacks, build)
+    dtypes = [p.dtype for p in example]
+    packed = None if graph is None else _packed(*graph, shapes, dtypes, points,
+                                                 (atol, rtol), fallbacks, build)
     steps.close()
     map_fn = _LazyCompiled(map_loss, example, points, executor, verify > 0,
                            (atol, rtol), fallbacks, batch)
     return FlatPotential(names, shapes, transforms, _split_output(fn), method, prior,
                          _split_output(map_fn), fallbacks=fallbacks, build=build,
-                         packed_value_and_grad=packed, dtypes=[p.dtype for p in example])
+                         packed_value_and_grad=packed, dtypes=dtypes)
+
+
+def _with_gradient(fn):
+    """``(*parts) -> (value, *gradients)`` of the scalar ``fn(leaves)`` by autograd, with grad
+    mode on: recorded once by make_fx, it runs at every step only where a trace fell back to
+    Pyro's potential, and NUTS then calls it inside an autograd Function's forward, where
+    grad mode is off."""
+    def value_and_grad(*parts):
+        with torch.enable_grad():
+            leaves = [p.detach().requires_grad_(True) for p in parts]
+            u = fn(leaves)
+            return (u.detach(), *torch.autograd.grad(u, leaves))
+    return value_and_grad
+
+
+def _widest(dtypes) -> torch.dtype:
+    """The dtype ``torch.cat`` gives tensors of ``dtypes``: the packed vector's."""
+    return reduce(torch.promote_types, dtypes)
 
 
 class _BuildProgress:
@@ -357,7 +365,7 @@ class _BuildProgress:
             self.bar.close()
 
 
-def _packed(graph, executor, shapes, points, tolerance, fallbacks, build):
+def _packed(graph, executor, shapes, dtypes, points, tolerance, fallbacks, build):
     """The traced graph as a function of the packed vector (sites sorted by name, as
     :meth:`FlatPotential.pack` lays them out): ``u (D,) -> (U, dU/du (D,))``, the split of
     ``u`` and the concatenation of the gradient written into the graph
@@ -375,9 +383,8 @@ def _packed(graph, executor, shapes, points, tolerance, fallbacks, build):
 
     def per_site(point):
         out = graph(*point)
-        return out[0], torch.cat([g.reshape(-1) for g in out[1:]])
+        return out[0], pack(out[1:])
     try:
-        dtypes = [p.dtype for p in points[0]]
         fn = _run_with(executor, _packed_graph(graph, shapes, dtypes), [pack(points[0])])
         bad = _mismatch(lambda *point: fn(pack(point)),
                         [(point, per_site(point)) for point in points], tolerance)
@@ -411,7 +418,7 @@ def _packed_graph(graph, shapes, dtypes):
         u = g.placeholder("packed")
     first = next(n for n in g.nodes if n.op != "placeholder")
     sizes = [int(torch.Size(s).numel()) for s in shapes]
-    packed_dtype = torch.cat([torch.zeros(1, dtype=d) for d in dtypes]).dtype
+    packed_dtype = _widest(dtypes)
     with g.inserting_before(first):
         pieces = g.call_function(aten.split_with_sizes.default, (u, sizes))
         for i, (node, shape) in enumerate(zip(inputs, shapes)):
